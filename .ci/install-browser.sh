@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Install headless Chromium + chromedriver (Debian packages) for the attnkit
+# viewer browser test (tests/inspect/test_viewer_browser.py).
+#
+# Idempotent and quiet: exits at once when both binaries are already present,
+# and prints apt's output only when something fails.
+# Run as root on a fresh Debian machine:  bash .ci/install-browser.sh
+set -euo pipefail
+
+if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then
+    exit 0
+fi
+
+if [ "$(id -u)" -ne 0 ]; then
+    echo "install-browser.sh: must run as root (apt-get install); got uid $(id -u)" >&2
+    exit 1
+fi
+
+log="$(mktemp)"
+trap 'rm -f "$log"' EXIT
+export DEBIAN_FRONTEND=noninteractive
+if ! { apt-get update -qq && apt-get install -y -qq --no-install-recommends \
+        chromium chromium-driver fonts-dejavu-core; } >"$log" 2>&1; then
+    cat "$log" >&2
+    echo "install-browser.sh: apt-get failed (log above)" >&2
+    exit 1
+fi
+
+for bin in /usr/bin/chromium /usr/bin/chromedriver; do
+    if [ ! -x "$bin" ]; then
+        echo "install-browser.sh: $bin missing after apt-get install" >&2
+        exit 1
+    fi
+done

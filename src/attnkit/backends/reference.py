@@ -1,0 +1,53 @@
+"""The reference backend: the semantic spec of :func:`attnkit.attention`.
+
+It materializes everything — scores (B, H, L, S), the dense mask and bias — and computes in float32
+for half-precision inputs (float64 stays float64), so every other backend is tested against it.
+Slow and memory-hungry by design; it is the only exact backend besides the blockwise one that can
+return weights.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ..core.call import AttentionCall
+from ..core.output import BackendResult, materialized
+from ..core.softmax import safe_softmax
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """Half-precision inputs are computed in float32 (softmax in fp16 overflows)."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def run(call: AttentionCall) -> BackendResult:
+    dt = call.q.dtype
+    work = compute_dtype(dt)
+    k, v = call.expanded_kv()
+    q, k, v = call.q.to(work), k.to(work), v.to(work)
+    B, H, L, _ = q.shape
+    S = k.shape[2]
+    scores = call.score(q, k) * call.scale  # (B, H, L, S)
+    mats = [materialized("scores", scores)]
+    if call.bias is not None:
+        scores = call.bias.apply(scores, (0, L), (0, S), L, S)
+    allowed = None
+    if call.mask is not None:
+        allowed = call.mask.materialize(L, S, batch=B, heads=H, device=q.device)
+        mats.append(materialized("mask", allowed))
+    weights, lse = safe_softmax(scores, allowed)  # (B, H, L, S), (B, H, L)
+    fully_masked = int(torch.isneginf(lse).sum())
+    dropped = F.dropout(weights, call.dropout_p) if call.dropout_p > 0 else weights
+    out = dropped @ v  # (B, H, L, Ev)
+    return BackendResult(
+        out.to(dt),
+        weights.to(dt) if call.return_weights else None,
+        lse,
+        fully_masked,
+        mats,
+    )
+
+
+def supports(call: AttentionCall) -> str | None:
+    return None

@@ -1,0 +1,163 @@
+"""The attention call: validate once, describe the call, pick a backend, run it, report.
+
+Shape legend (used across attnkit):
+
+=====  ===========================================================
+B      batch size
+H      query heads
+Hkv    key/value heads (H must be a multiple; Hkv < H is GQA, 1 is MQA)
+L      query length
+S      key/value length
+E      query/key head dimension
+Ev     value head dimension
+=====  ===========================================================
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .biases import ScoreModifier, as_modifier
+from .checks import require_floating, require_ndim, require_positive_scale, require_probability, require_tensor
+from .masks import Mask, as_mask
+from .output import AttentionOutput, Report
+from .scores import Score, as_score
+
+
+@dataclass
+class AttentionCall:
+    """Everything a backend needs, validated. Backends read it and never mutate it."""
+
+    q: torch.Tensor  # (B, H, L, E)
+    k: torch.Tensor  # (B, Hkv, S, E)
+    v: torch.Tensor  # (B, Hkv, S, Ev)
+    score: Score
+    mask: Mask | None
+    bias: ScoreModifier | None
+    scale: float
+    dropout_p: float
+    return_weights: bool
+    memory_budget: int | None = None
+
+    @property
+    def shape(self) -> dict[str, int]:
+        B, H, L, E = self.q.shape
+        return {"B": B, "H": H, "Hkv": self.k.shape[1], "L": L, "S": self.k.shape[2], "E": E, "Ev": self.v.shape[3]}
+
+    @property
+    def groups(self) -> int:
+        return self.q.shape[1] // self.k.shape[1]
+
+    @property
+    def L(self) -> int:
+        return self.q.shape[2]
+
+    @property
+    def S(self) -> int:
+        return self.k.shape[2]
+
+    def expanded_kv(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """k, v with heads repeated to H (query head h reads kv head h // groups)."""
+        g = self.groups
+        if g == 1:
+            return self.k, self.v
+        return self.k.repeat_interleave(g, dim=1), self.v.repeat_interleave(g, dim=1)
+
+
+_LEGEND = "(B, H, L, E) / (B, Hkv, S, E) / (B, Hkv, S, Ev)"
+
+
+def make_call(
+    q, k, v, *, score=None, mask=None, bias=None, scale=None, dropout_p=0.0, return_weights=False, memory_budget=None
+) -> AttentionCall:
+    """Validate user input and build an :class:`AttentionCall`."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        require_tensor(name, t)
+        require_ndim(name, t, 4, _LEGEND, "add a head axis with .unsqueeze(1) for single-head attention")
+        require_floating(name, t)
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError(f"q, k, v must share a dtype, got q={q.dtype}, k={k.dtype}, v={v.dtype}; cast them to one dtype")
+    if not (q.device == k.device == v.device):
+        raise ValueError(f"q, k, v must be on one device, got q={q.device}, k={k.device}, v={v.device}; move them with .to(device)")
+    B, H, L, E = q.shape
+    Bk, Hkv, S, Ek = k.shape
+    if k.shape[:3] != v.shape[:3]:
+        raise ValueError(f"k and v must agree on (B, Hkv, S), got k={tuple(k.shape)} and v={tuple(v.shape)}")
+    if Bk != B:
+        raise ValueError(f"q and k must have the same batch size B, got q B={B} and k B={Bk}")
+    if Ek != E:
+        raise ValueError(f"q and k must have the same head dim E, got q E={E} and k E={Ek}; project them to one size")
+    if H % Hkv != 0:
+        raise ValueError(f"q heads H must be a multiple of k/v heads Hkv for GQA/MQA, got H={H} and Hkv={Hkv}; use Hkv dividing H")
+    if min(L, S) == 0:
+        raise ValueError(f"L and S must be positive, got L={L}, S={S}")
+    sc = as_score(score)
+    sc.check_head_dim(E)
+    m = as_mask(mask)
+    if m is not None:
+        bs = m.batch_size
+        if bs is not None and bs != B:
+            raise ValueError(f"mask was built for batch size {bs} but q has B={B}; build the mask for this batch")
+        _check_dense_shape("mask", m, L, S, B, H)
+    bm = as_modifier(bias)
+    if bm is not None:
+        if bm.num_heads is not None and bm.num_heads != H:
+            raise ValueError(f"bias was built for num_heads={bm.num_heads} but q has H={H}; build it with num_heads={H}")
+        _check_dense_shape("bias", bm, L, S, B, H)
+    s = require_positive_scale(scale)
+    return AttentionCall(
+        q, k, v, sc, m, bm,
+        s if s is not None else sc.default_scale(E),
+        require_probability("dropout_p", dropout_p),
+        bool(return_weights),
+        memory_budget,
+    )
+
+
+def _check_dense_shape(name: str, obj: object, L: int, S: int, B: int, H: int) -> None:
+    """Dense tensor masks/biases (attribute ``t``, 4-D) must broadcast to (B, H, L, S)."""
+    t = getattr(obj, "t", None)
+    if t is not None and not all(n in (1, want) for n, want in zip(t.shape, (B, H, L, S))):
+        raise ValueError(f"{name} of shape {tuple(t.shape)} is not broadcastable to (B={B}, H={H}, L={L}, S={S}); reshape it")
+
+
+def attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    score=None,
+    mask=None,
+    bias=None,
+    scale: float | None = None,
+    dropout_p: float = 0.0,
+    backend: str = "auto",
+    return_weights: bool = False,
+    memory_budget: int | None = None,
+) -> AttentionOutput:
+    """Attention of q over k, v: ``softmax(score(q, k) * scale + bias, masked) @ v``.
+
+    q (B, H, L, E), k (B, Hkv, S, E), v (B, Hkv, S, Ev) → ``out`` (B, H, L, Ev).
+
+    * ``score``: None (scaled dot), ``"dot"``, ``"cosine"`` or a :class:`~attnkit.core.scores.Score`.
+    * ``mask``: a :class:`~attnkit.core.masks.Mask`, a bool tensor (True = may attend) or a predicate.
+    * ``bias``: a score modifier (ALiBi, T5, Shaw, custom), a float tensor, or a list of them.
+    * ``scale``: multiplies the score; default 1/sqrt(E) for scaled dot, 1 otherwise.
+    * ``backend``: ``"auto"`` or a registered name; ``report`` says which ran and why.
+    * ``return_weights``: also return the (B, H, L, S) weights (rows of fully masked queries are 0).
+    """
+    call = make_call(
+        q, k, v, score=score, mask=mask, bias=bias, scale=scale, dropout_p=dropout_p,
+        return_weights=return_weights, memory_budget=memory_budget,
+    )
+    if not isinstance(backend, str):
+        raise TypeError(f"backend must be a string name, got {type(backend).__name__}")
+    from .dispatch import choose
+
+    chosen, report = choose(call, backend)
+    res = chosen.run(call)
+    report.materialized = res.materialized
+    report.fully_masked_rows = res.fully_masked_rows
+    return AttentionOutput(res.out, res.weights, res.lse, report)

@@ -1,0 +1,153 @@
+"""Scoring functions: how a query and a key become one number before the softmax.
+
+* dot — Luong et al. 2015 "dot", https://arxiv.org/abs/1508.04025: ``q·k``.
+* scaled dot — Vaswani et al. 2017, https://arxiv.org/abs/1706.03762: ``q·k / sqrt(E)`` (default).
+* general — Luong et al. 2015 "general": ``qᵀ W k`` with a learned W (E, E).
+* additive — Bahdanau et al. 2015, https://arxiv.org/abs/1409.0473: ``vᵀ tanh(W_q q + W_k k)``.
+* cosine — Swin v2 style, https://arxiv.org/abs/2111.09883: ``τ · cos(q, k)`` with a learned τ.
+
+A score maps q (B, H, L, E) and k (B, H, S, E) to scores (B, H, L, S) and works on any tile of
+queries and keys. Scores that are a dot product after transforming q and k say so through
+:meth:`Score.as_dot`, which lets fused dot-product kernels serve them.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from .checks import require_positive_int
+
+
+class Score(nn.Module):
+    name = "score"
+
+    def default_scale(self, head_dim: int) -> float:
+        return 1.0
+
+    def as_dot(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """(q', k') with ``score(q, k) == q' k'ᵀ``, or None when no such form exists."""
+        return None
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        qk = self.as_dot(q, k)
+        if qk is None:  # pragma: no cover - subclasses without a dot form override forward
+            raise NotImplementedError
+        return qk[0] @ qk[1].transpose(-2, -1)
+
+    def check_head_dim(self, head_dim: int) -> None:
+        """Raise if this score was built for another head dimension."""
+
+
+class DotScore(Score):
+    name = "dot"
+
+    def as_dot(self, q, k):
+        return q, k
+
+
+class ScaledDotScore(DotScore):
+    name = "scaled_dot"
+
+    def default_scale(self, head_dim):
+        return 1.0 / math.sqrt(head_dim)
+
+
+class GeneralScore(Score):
+    """``qᵀ W k``; W is (E, E), shared by all heads, or (H, E, E) with ``num_heads``."""
+
+    name = "general"
+
+    def __init__(self, head_dim: int, *, num_heads: int | None = None, device=None, dtype=None):
+        super().__init__()
+        self.head_dim = require_positive_int("head_dim", head_dim)
+        shape = (head_dim, head_dim) if num_heads is None else (require_positive_int("num_heads", num_heads), head_dim, head_dim)
+        # identity + noise: starts as the dot score, so an untrained model behaves sensibly
+        w = torch.eye(head_dim, device=device, dtype=dtype).expand(shape).clone()
+        self.weight = nn.Parameter(w + 0.02 * torch.randn(shape, device=device, dtype=dtype))
+
+    def check_head_dim(self, head_dim):
+        if head_dim != self.head_dim:
+            raise ValueError(f"GeneralScore was built for head_dim={self.head_dim} but q has E={head_dim}; build GeneralScore({head_dim})")
+
+    def as_dot(self, q, k):
+        w = self.weight.to(q.dtype)
+        if w.dim() == 3:
+            if w.shape[0] != q.shape[1]:
+                raise ValueError(f"GeneralScore has num_heads={w.shape[0]} but q has H={q.shape[1]}")
+            w = w.unsqueeze(0)  # (1, H, E, E)
+        return q @ w, k
+
+
+class AdditiveScore(Score):
+    """``vᵀ tanh(W_q q + W_k k)`` with hidden size A. Costs (B, H, l, s, A) memory per tile."""
+
+    name = "additive"
+
+    def __init__(self, head_dim: int, hidden_dim: int | None = None, *, key_dim: int | None = None, device=None, dtype=None):
+        super().__init__()
+        self.head_dim = require_positive_int("head_dim", head_dim)
+        hidden = require_positive_int("hidden_dim", hidden_dim or head_dim)
+        kd = key_dim or head_dim
+        self.w_q = nn.Linear(head_dim, hidden, bias=False, device=device, dtype=dtype)
+        self.w_k = nn.Linear(kd, hidden, bias=True, device=device, dtype=dtype)
+        self.v = nn.Linear(hidden, 1, bias=False, device=device, dtype=dtype)
+
+    def check_head_dim(self, head_dim):
+        if head_dim != self.head_dim:
+            raise ValueError(f"AdditiveScore was built for head_dim={self.head_dim} but q has E={head_dim}; build AdditiveScore({head_dim})")
+
+    def forward(self, q, k):
+        dt = q.dtype
+        qp = nn.functional.linear(q, self.w_q.weight.to(dt))  # (B, H, L, A)
+        kp = nn.functional.linear(k, self.w_k.weight.to(dt), self.w_k.bias.to(dt))  # (B, H, S, A)
+        hidden = torch.tanh(qp.unsqueeze(-2) + kp.unsqueeze(-3))  # (B, H, L, S, A)
+        return nn.functional.linear(hidden, self.v.weight.to(dt)).squeeze(-1)  # (B, H, L, S)
+
+
+class CosineScore(Score):
+    """``τ · cos(q, k)``; τ = exp(log_tau) learned, initialised to ``init_temperature``."""
+
+    name = "cosine"
+
+    def __init__(self, init_temperature: float = 10.0, *, learnable: bool = True, eps: float = 1e-6):
+        super().__init__()
+        if not init_temperature > 0:
+            raise ValueError(f"init_temperature must be > 0, got {init_temperature}")
+        t = torch.tensor(math.log(init_temperature))
+        self.log_tau = nn.Parameter(t) if learnable else nn.Parameter(t, requires_grad=False)
+        self.eps = eps
+
+    def as_dot(self, q, k):
+        tau = self.log_tau.exp().to(q.dtype)
+        qn = q / q.norm(dim=-1, keepdim=True).clamp(min=self.eps)
+        kn = k / k.norm(dim=-1, keepdim=True).clamp(min=self.eps)
+        return qn * tau, kn
+
+
+SCORES_BY_NAME = {"dot": DotScore, "scaled_dot": ScaledDotScore, "cosine": CosineScore}
+LEARNED_SCORES = {"general": "GeneralScore(head_dim)", "additive": "AdditiveScore(head_dim)"}
+
+
+def as_score(score: object) -> Score:
+    """Normalise what users pass as ``score=``: None (scaled dot), a name, or a Score."""
+    if score is None:
+        return _DEFAULT
+    if isinstance(score, Score):
+        return score
+    if isinstance(score, str):
+        if score in SCORES_BY_NAME:
+            return _NAMED[score]
+        if score in LEARNED_SCORES:
+            raise ValueError(
+                f"score={score!r} has learned weights; create attnkit.scores.{LEARNED_SCORES[score]} once "
+                "(e.g. in your module's __init__) and pass the object"
+            )
+        raise ValueError(f"score must be one of {sorted(SCORES_BY_NAME) + sorted(LEARNED_SCORES)} or a Score, got {score!r}")
+    raise TypeError(f"score must be None, a name or an attnkit Score, got {type(score).__name__}")
+
+
+_DEFAULT = ScaledDotScore()
+_NAMED = {"dot": DotScore(), "scaled_dot": _DEFAULT, "cosine": CosineScore(learnable=False)}

@@ -1,0 +1,160 @@
+"""Block-local attention math for ring attention: one query block against one key/value block.
+
+Plain PyTorch, no communication. The ring (``ring_attention.py``) calls these once per
+(query chunk, key chunk) pair and merges the partial results by log-sum-exp, the same algebra as
+FlashAttention (Dao et al., 2022, https://arxiv.org/abs/2205.14135) and Ring Attention
+(Liu et al., 2023, https://arxiv.org/abs/2310.01889).
+
+Shape legend
+------------
+B batch, Hkv key/value heads, G = H / Hkv query heads per key/value head (GQA; G = 1 is plain
+multi-head), Lq query rows of the block, Lk key rows of the block, E query/key dim, Ev value dim.
+Queries are grouped as ``(B, Hkv, G, Lq, E)`` so one key/value head serves its G query heads by
+broadcasting, without copying K/V G times.
+
+Forward of one block
+--------------------
+With scores ``S = scale * Q K^T`` (-inf where the mask forbids a pair), a block gives
+
+    m = max_j S_ij,   l = sum_j exp(S_ij - m),   O_b = (exp(S - m) V) / l,   lse_b = m + log l.
+
+A row whose keys are all masked has m = -inf. Using m directly would give exp(-inf - -inf) = NaN,
+so the guard replaces such an m by 0: every exp(S_ij - 0) is then 0, l = 0, and the row's output
+is defined as 0 and its lse as -inf ("this block contributes nothing").
+
+Merging blocks by log-sum-exp
+-----------------------------
+Let block i give (O_i, lse_i) with lse_i = log sum_{j in block i} exp(S_j). The full-row
+normaliser is lse = log sum_i exp(lse_i); computing it with a running max for stability,
+
+    M   = max_i lse_i                          (0 if every lse_i is -inf)
+    lse = M + log sum_i exp(lse_i - M)
+    O   = sum_i exp(lse_i - lse) * O_i.
+
+Exact, because O_i = sum_j exp(S_j - lse_i) V_j, so exp(lse_i - lse) O_i = sum_j exp(S_j - lse) V_j
+and the sum over blocks is the softmax over the whole row. Two at a time (what the ring does as
+blocks arrive): ``merge_partials`` keeps (O, lse) and folds in each new (O_b, lse_b).
+
+Backward of one block (FlashAttention backward)
+-----------------------------------------------
+Given the *final* row lse and dO, probabilities are recomputed exactly as P = exp(S - lse) (no
+renormalisation: the global lse already is the normaliser). With D = rowsum(dO ∘ O) (the same for
+every block of the row, computed once):
+
+    dV += P^T dO,   dP = dO V^T,   dS = P ∘ (dP - D),
+    dQ += scale * dS K,   dK += scale * dS^T Q.
+
+(dS = P ∘ (dP - D) is the softmax Jacobian-vector product: d softmax_i = P_i (dP_i - sum_j P_j dP_j)
+and sum_j P_j dP_j = sum_j P_j (dO · V_j) = dO · O = D.) For GQA, dK and dV sum over the G query
+heads that share a key/value head. Rows with lse = -inf get P = 0 through the same guard.
+"""
+
+from __future__ import annotations
+
+import torch
+
+_NEG_INF = float("-inf")
+
+
+def accum_dtype(dtype: torch.dtype) -> torch.dtype:
+    """Accumulate in float32 at least (float64 inputs stay float64): softmax in low precision drifts."""
+    return torch.promote_types(dtype, torch.float32)
+
+
+def group_queries(q: torch.Tensor, num_kv_heads: int) -> torch.Tensor:
+    """(B, H, L, E) -> (B, Hkv, G, L, E), query head h = kv_head * G + g (as in SDPA's enable_gqa)."""
+    B, H, L, E = q.shape
+    return q.view(B, num_kv_heads, H // num_kv_heads, L, E)
+
+
+def block_mask(q_pos: torch.Tensor, k_pos: torch.Tensor, *, causal: bool, seq_len: int) -> torch.Tensor:
+    """Boolean (Lq, Lk) mask, True = may attend, from global positions.
+
+    Positions ``>= seq_len`` are padding: a padded key is seen by no one and a padded query sees
+    nothing (its output is 0, so it also sends no gradient anywhere).
+    """
+    allowed = (q_pos[:, None] < seq_len) & (k_pos[None, :] < seq_len)  # (Lq, Lk)
+    if causal:
+        allowed = allowed & (k_pos[None, :] <= q_pos[:, None])
+    return allowed
+
+
+def _scores(q: torch.Tensor, k: torch.Tensor, scale: float, allowed: torch.Tensor | None) -> torch.Tensor:
+    # q (B, Hkv, G, Lq, E), k (B, Hkv, Lk, E) -> (B, Hkv, G, Lq, Lk)
+    s = torch.matmul(q, k.unsqueeze(2).transpose(-1, -2)) * scale
+    if allowed is not None:
+        s = s.masked_fill(~allowed, _NEG_INF)
+    return s
+
+
+def _finite_or_zero(x: torch.Tensor) -> torch.Tensor:
+    """The -inf guard: replace -inf (fully masked row) by 0 so exp(-inf - x) is 0, not NaN."""
+    return torch.where(torch.isfinite(x), x, torch.zeros_like(x))
+
+
+def block_forward(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float, allowed: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Partial attention of a query block over one key/value block.
+
+    q (B, Hkv, G, Lq, E), k (B, Hkv, Lk, E), v (B, Hkv, Lk, Ev), ``allowed`` (Lq, Lk) or None.
+    Returns ``(out, lse)``: out (B, Hkv, G, Lq, Ev) and lse (B, Hkv, G, Lq), in the accumulation
+    dtype; fully masked rows give out = 0 and lse = -inf.
+    """
+    acc = accum_dtype(q.dtype)
+    q, k, v = q.to(acc), k.to(acc), v.to(acc)
+    s = _scores(q, k, scale, allowed)
+    m = _finite_or_zero(s.amax(dim=-1, keepdim=True))  # (B, Hkv, G, Lq, 1)
+    p = torch.exp(s - m)  # unnormalised probabilities
+    l = p.sum(dim=-1, keepdim=True)
+    nonempty = l > 0
+    out = torch.matmul(p, v.unsqueeze(2)) / torch.where(nonempty, l, torch.ones_like(l))
+    lse = torch.where(nonempty, m + torch.log(l), torch.full_like(l, _NEG_INF))
+    return out, lse.squeeze(-1)
+
+
+def merge_partials(
+    out: torch.Tensor, lse: torch.Tensor, out_b: torch.Tensor, lse_b: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Fold block result (out_b, lse_b) into running (out, lse); see the module docstring.
+
+    out/out_b (..., Lq, Ev), lse/lse_b (..., Lq). Rows where both lse are -inf stay (0, -inf).
+    """
+    m = _finite_or_zero(torch.maximum(lse, lse_b))  # running max, guarded
+    w, w_b = torch.exp(lse - m), torch.exp(lse_b - m)  # rescale factors, 0 for -inf
+    total = w + w_b
+    nonempty = total > 0
+    safe_total = torch.where(nonempty, total, torch.ones_like(total))
+    new_lse = torch.where(nonempty, m + torch.log(safe_total), torch.full_like(total, _NEG_INF))
+    new_out = (w / safe_total).unsqueeze(-1) * out + (w_b / safe_total).unsqueeze(-1) * out_b
+    return new_out, new_lse
+
+
+def block_backward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    d_out: torch.Tensor,
+    lse: torch.Tensor,
+    delta: torch.Tensor,
+    *,
+    scale: float,
+    allowed: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Gradient contributions of one (query block, key/value block) pair.
+
+    q (B, Hkv, G, Lq, E), k (B, Hkv, Lk, E), v (B, Hkv, Lk, Ev), d_out (B, Hkv, G, Lq, Ev),
+    lse and delta = rowsum(dO ∘ O) (B, Hkv, G, Lq) -- lse is the *final* row lse, not the block's.
+    Returns ``(dq, dk, dv)``: dq (B, Hkv, G, Lq, E), dk (B, Hkv, Lk, E), dv (B, Hkv, Lk, Ev),
+    in the accumulation dtype; dk and dv are already summed over the G query heads.
+    """
+    acc = accum_dtype(q.dtype)
+    q, k, v, d_out = q.to(acc), k.to(acc), v.to(acc), d_out.to(acc)
+    s = _scores(q, k, scale, allowed)
+    p = torch.exp(s - _finite_or_zero(lse).unsqueeze(-1))  # (B, Hkv, G, Lq, Lk); 0 where masked
+    dv = torch.matmul(p.transpose(-1, -2), d_out).sum(dim=2)  # (B, Hkv, Lk, Ev)
+    dp = torch.matmul(d_out, v.unsqueeze(2).transpose(-1, -2))  # (B, Hkv, G, Lq, Lk)
+    ds = p * (dp - delta.unsqueeze(-1))
+    dq = torch.matmul(ds, k.unsqueeze(2)) * scale  # (B, Hkv, G, Lq, E)
+    dk = torch.matmul(ds.transpose(-1, -2), q).sum(dim=2) * scale  # (B, Hkv, Lk, E)
+    return dq, dk, dv
