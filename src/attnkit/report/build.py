@@ -1,0 +1,85 @@
+"""``attnkit report``: run every experiment at its quick default and write one HTML page.
+
+Each section is a function returning HTML; a section that fails is shown as failed with its error
+(the rest of the report still gets written), because an hour of experiments should not be lost to
+one broken plot.
+"""
+
+from __future__ import annotations
+
+import platform
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from .html import esc, page
+
+Section = tuple[str, Callable[[Path], str]]
+
+
+def default_sections() -> list[Section]:
+    from .backends_section import attention_map_section, backends_section
+
+    sections: list[Section] = [
+        ("Backends and dispatch", lambda out: backends_section()),
+        ("A small attention map", lambda out: attention_map_section()),
+    ]
+    sections += _optional_sections()
+    return sections
+
+
+def _optional_sections() -> list[Section]:
+    """Sections whose code lives in other parts of attnkit; missing parts are skipped, not fatal."""
+    found: list[Section] = []
+    try:
+        from ..bench import report_section as bench_section
+
+        found.append(("Backend benchmark (quick)", bench_section))
+    except ImportError:
+        pass
+    try:
+        from ..viz import report_section as viz_section
+
+        found.append(("Attention in a real pretrained model (all-MiniLM-L6-v2)", viz_section))
+    except ImportError:
+        pass
+    return found
+
+
+def build_report(out_dir: str | Path, sections: list[Section] | None = None, *, log=print) -> Path:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    rendered = []
+    secs = default_sections() if sections is None else sections
+    for i, (title, fn) in enumerate(secs, 1):
+        log(f"[{i}/{len(secs)}] {title} ...")
+        t0 = time.perf_counter()
+        try:
+            body = fn(out)
+            status = f"done in {time.perf_counter() - t0:.1f} s"
+        except Exception as e:  # keep the other sections: show the failure in the page
+            body = f'<p class="fail">This section failed: {esc(type(e).__name__)}: {esc(e)}</p><pre>{esc(traceback.format_exc())}</pre>'
+            status = f"FAILED ({type(e).__name__}: {e})"
+        log(f"[{i}/{len(secs)}] {title}: {status}")
+        rendered.append((title, body))
+    intro = (
+        f'<p class="note">attnkit report · torch {esc(torch.__version__)} · Python {esc(platform.python_version())} · '
+        f"{esc(platform.machine())}, {torch.get_num_threads()} threads · {time.strftime('%Y-%m-%d %H:%M:%S')}</p>"
+    )
+    path = out / "index.html"
+    path.write_text(page("attnkit report", rendered, intro=intro), encoding="utf-8")
+    log(f"wrote {path}")
+    return path
+
+
+def main_report(out_dir: str) -> int:
+    build_report(out_dir)
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main_report(sys.argv[1] if len(sys.argv) > 1 else "report"))

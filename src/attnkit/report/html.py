@@ -1,0 +1,76 @@
+"""Small pieces for self-contained HTML: escaping, tables, an inline-SVG heatmap, the page shell.
+
+No external assets: the report must open offline, so pictures are inline SVG or base64 PNG.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+from pathlib import Path
+from typing import Iterable, Sequence
+
+
+def esc(x: object) -> str:
+    return html.escape(str(x), quote=True)
+
+
+def table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
+    head = "".join(f"<th>{esc(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in r) + "</tr>" for r in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def svg_heatmap(
+    values: Sequence[Sequence[float]],
+    row_labels: Sequence[str] | None = None,
+    col_labels: Sequence[str] | None = None,
+    *,
+    cell: int = 16,
+    title: str = "",
+) -> str:
+    """A (rows, cols) grid of values in [0, 1] as inline SVG, darker = larger."""
+    n_rows = len(values)
+    n_cols = len(values[0]) if n_rows else 0
+    pad_l = 8 + 7 * max((len(s) for s in row_labels or []), default=0)
+    pad_t = 8 + 7 * max((len(s) for s in col_labels or []), default=0)
+    w, h = pad_l + n_cols * cell + 4, pad_t + n_rows * cell + 4
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" role="img" aria-label="{esc(title)}">']
+    for i, row in enumerate(values):
+        for j, val in enumerate(row):
+            a = max(0.0, min(1.0, float(val)))
+            parts.append(
+                f'<rect x="{pad_l + j * cell}" y="{pad_t + i * cell}" width="{cell}" height="{cell}" '
+                f'fill="rgb(31,119,180)" fill-opacity="{a:.3f}" stroke="#eee"><title>{i},{j}: {float(val):.3f}</title></rect>'
+            )
+    for i, lab in enumerate(row_labels or []):
+        parts.append(f'<text x="{pad_l - 4}" y="{pad_t + i * cell + cell * 0.75}" font-size="11" text-anchor="end">{esc(lab)}</text>')
+    for j, lab in enumerate(col_labels or []):
+        x, y = pad_l + j * cell + cell * 0.7, pad_t - 4
+        parts.append(f'<text x="{x}" y="{y}" font-size="11" transform="rotate(-90 {x} {y})">{esc(lab)}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def png_img(path: str | Path, alt: str = "") -> str:
+    data = base64.b64encode(Path(path).read_bytes()).decode("ascii")
+    return f'<img alt="{esc(alt)}" src="data:image/png;base64,{data}" style="max-width:100%">'
+
+
+_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
+h1{font-size:1.6em} h2{border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:2em}
+table{border-collapse:collapse;margin:1em 0;font-size:.9em} td,th{border:1px solid #ccc;padding:.3em .6em;text-align:left;vertical-align:top}
+th{background:#f4f4f4} code,pre{background:#f6f6f6;padding:.1em .3em} pre{padding:.8em;overflow:auto}
+.note{color:#555;font-size:.9em} .fail{color:#b00} .ok{color:#070} nav a{margin-right:1em}
+"""
+
+
+def page(title: str, sections: Sequence[tuple[str, str]], *, intro: str = "") -> str:
+    """The whole document: a title, a table of contents, and each (heading, html body) section."""
+    nav = "".join(f'<a href="#s{i}">{esc(h)}</a>' for i, (h, _) in enumerate(sections))
+    body = "".join(f'<section id="s{i}"><h2>{esc(h)}</h2>{b}</section>' for i, (h, b) in enumerate(sections))
+    return (
+        f"<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{esc(title)}</title>"
+        f"<style>{_CSS}</style></head><body><h1>{esc(title)}</h1>{intro}<nav>{nav}</nav>{body}</body></html>"
+    )
