@@ -65,19 +65,36 @@ class ScoreModifier(nn.Module):
         L: int,
         S: int,
         *,
-        batch: int = 1,
-        heads: int = 1,
+        batch: int | None = None,
+        heads: int | None = None,
         device: torch.device | str | None = None,
         dtype: torch.dtype = torch.float32,
     ) -> torch.Tensor:
-        """Dense additive bias (B or 1, H or 1, L, S); only for additive modifiers."""
+        """Dense additive bias (B or 1, H or 1, L, S); only for additive modifiers.
+
+        ``batch``/``heads`` default to the sizes the modifier was built for (``ALiBi(8)`` gives
+        8 heads, not head 0 alone)."""
         if not self.additive:
             raise TypeError(f"{self!r} is not an additive bias and cannot be materialized; use a backend that applies score_mod per tile")
-        nb = batch if "b" in self.dims else 1
-        nh = heads if "h" in self.dims else 1
+        nb = (batch or _natural_size(self, 0)) if "b" in self.dims else 1
+        nh = (heads or _natural_size(self, 1)) if "h" in self.dims else 1
         g = index_grid((0, L), (0, S), batch=nb, heads=nh, device=device)
-        out = torch.as_tensor(self.bias_fn(L, S)(g.b, g.h, g.q, g.kv), device=g.q.device)
+        # start from a (1, 1, 1, 1) zero of `dtype` (not 0-d: those don't take part in type promotion)
+        # so summed parts add up in at least `dtype`, in the reference's order; a float32 sum of
+        # float32 parts cast to float64 afterwards differed from the reference by ~1e-8
+        zero = torch.zeros((1, 1, 1, 1), dtype=dtype, device=g.q.device)
+        out = torch.as_tensor(self.score_mod(L, S)(zero, g.b, g.h, g.q, g.kv), device=g.q.device)
         return out.to(dtype).expand(nb, nh, L, S)
+
+
+def _natural_size(mod: ScoreModifier, axis: int) -> int:
+    """The batch (axis 0) or head (axis 1) count a modifier was built for, or 1 if it does not say."""
+    t = getattr(mod, "t", None)
+    sizes = [t.shape[axis]] if isinstance(t, torch.Tensor) else []
+    if axis == 1 and mod.num_heads:
+        sizes.append(mod.num_heads)
+    sizes += [_natural_size(p, axis) for p in getattr(mod, "parts", ())]
+    return max(sizes, default=1)
 
 
 def _positions(align: str, L: int, S: int, q: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
@@ -168,6 +185,13 @@ class T5RelativeBias(ScoreModifier):
         require_positive_int("max_distance", max_distance)
         if num_buckets < (4 if bidirectional else 2):
             raise ValueError(f"num_buckets must be >= {4 if bidirectional else 2}, got {num_buckets}")
+        max_exact = (num_buckets // 2 if bidirectional else num_buckets) // 2
+        if max_distance <= max_exact:
+            # log(max_distance / max_exact) <= 0 would turn far buckets into NaN casts (negative indices)
+            raise ValueError(
+                f"max_distance must exceed the {max_exact} exact-distance buckets of num_buckets={num_buckets}"
+                f"{' (bidirectional)' if bidirectional else ''}, got max_distance={max_distance}; use max_distance > {max_exact}"
+            )
         self.num_buckets, self.max_distance, self.bidirectional = num_buckets, max_distance, bidirectional
         self.align = require_choice("align", align, ALIGNS)
         self.table = nn.Parameter(torch.empty(num_buckets, num_heads, device=device, dtype=dtype))

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
+from . import hooks
 from .biases import ScoreModifier, as_modifier
 from .checks import require_floating, require_ndim, require_positive_scale, require_probability, require_tensor
 from .masks import Mask, as_mask
@@ -101,12 +102,16 @@ def make_call(
         if bs is not None and bs != B:
             raise ValueError(f"mask was built for batch size {bs} but q has B={B}; build the mask for this batch")
         _check_dense_shape("mask", m, L, S, B, H)
+        m.predicate(L, S)  # building it checks per-sequence data against L, S before any backend runs
     bm = as_modifier(bias)
     if bm is not None:
         if bm.num_heads is not None and bm.num_heads != H:
             raise ValueError(f"bias was built for num_heads={bm.num_heads} but q has H={H}; build it with num_heads={H}")
         _check_dense_shape("bias", bm, L, S, B, H)
+        bm.score_mod(L, S)  # likewise: a dense bias built for another (L, S) fails here, not in a backend
     s = require_positive_scale(scale)
+    if memory_budget is not None and (isinstance(memory_budget, bool) or not isinstance(memory_budget, int) or memory_budget <= 0):
+        raise ValueError(f"memory_budget must be a positive int of bytes or None (no cap), got {memory_budget!r}")
     return AttentionCall(
         q, k, v, sc, m, bm,
         s if s is not None else sc.default_scale(E),
@@ -160,4 +165,7 @@ def attention(
     res = chosen.run(call)
     report.materialized = res.materialized
     report.fully_masked_rows = res.fully_masked_rows
-    return AttentionOutput(res.out, res.weights, res.lse, report)
+    result = AttentionOutput(res.out, res.weights, res.lse, report)
+    if hooks.has_observers():  # observers (attnkit.inspect.capture) see the finished call; output unchanged
+        hooks.notify(call, result)
+    return result

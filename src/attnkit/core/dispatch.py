@@ -1,8 +1,13 @@
 """Choosing a backend for a call, and saying why.
 
 A forced backend that cannot serve the call raises with its reason. ``auto`` considers every exact
-backend that supports the call; when all of them can estimate cost it picks the fastest within the
-memory budget, otherwise the most preferred by priority (sdpa before reference).
+backend that supports the call (approximate ones, like ``linear``, are never picked). When all of
+them can estimate their cost (:mod:`attnkit.core.cost`) it keeps those whose estimated extra memory
+fits the budget (``set_memory_budget`` or ``memory_budget=`` per call) and picks the fastest; a
+backend must be estimated at least ``MARGIN`` faster than a more preferred one to displace it, so
+model error never trades SDPA's fused kernel for a near-tie. If nothing fits, the backend with the
+smallest estimated memory runs and the report says so. Without estimates, the most preferred by
+priority wins (sdpa before blockwise before reference).
 """
 
 from __future__ import annotations
@@ -16,17 +21,30 @@ if TYPE_CHECKING:
     from .call import AttentionCall
 
 _MEMORY_BUDGET: list[int | None] = [None]
+MARGIN = 1.10  # a less preferred backend must be estimated this many times faster to be chosen
+
+
+def _check_budget(name: str, nbytes: object) -> int | None:
+    if nbytes is not None and (isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes <= 0):
+        raise ValueError(f"{name} must be a positive int of bytes or None (no limit), got {nbytes!r}; e.g. 2 * 2**30 for 2 GiB")
+    return nbytes
 
 
 def set_memory_budget(nbytes: int | None) -> None:
     """Global cap (bytes) on the extra memory ``auto`` may plan for; None removes it."""
-    if nbytes is not None and (isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes <= 0):
-        raise ValueError(f"memory budget must be a positive int of bytes or None, got {nbytes!r}")
-    _MEMORY_BUDGET[0] = nbytes
+    _MEMORY_BUDGET[0] = _check_budget("memory budget", nbytes)
 
 
 def get_memory_budget() -> int | None:
     return _MEMORY_BUDGET[0]
+
+
+def _fmt(e: dict[str, float]) -> str:
+    return f"{e['time_s'] * 1e3:.2f} ms, {_mib(e['bytes'])}"
+
+
+def _mib(n: float) -> str:
+    return f"{n / 2**20:,.1f} MiB"
 
 
 def choose(call: "AttentionCall", backend: str) -> tuple[registry.Backend, Report]:
@@ -35,7 +53,10 @@ def choose(call: "AttentionCall", backend: str) -> tuple[registry.Backend, Repor
         why = b.supports(call)
         if why is not None:
             raise ValueError(f"backend={backend!r} cannot serve this call: {why}; use backend='auto' or change the call")
-        return b, Report(b.name, "forced by backend=" + repr(backend), exact=b.exact)
+        why = "forced by backend=" + repr(backend)
+        if not b.exact:
+            why += "; approximate: not exact softmax attention"
+        return b, Report(b.name, why, exact=b.exact)
 
     rejected: dict[str, str] = {}
     candidates: list[registry.Backend] = []
@@ -52,19 +73,27 @@ def choose(call: "AttentionCall", backend: str) -> tuple[registry.Backend, Repor
         raise ValueError("no registered backend can serve this call: " + "; ".join(f"{k}: {v}" for k, v in rejected.items()))
 
     budget = call.memory_budget if call.memory_budget is not None else get_memory_budget()
+    _check_budget("memory_budget", budget)
     estimates = {b.name: b.estimate(call) for b in candidates if b.estimate is not None}
     if len(estimates) == len(candidates) and len(candidates) > 1:
         fitting = [b for b in candidates if budget is None or estimates[b.name]["bytes"] <= budget]
-        pool = fitting or candidates
-        best = min(pool, key=lambda b: (estimates[b.name]["time_s"], -b.priority))
-        why = f"lowest estimated time ({estimates[best.name]['time_s'] * 1e3:.2f} ms)"
-        if budget is not None:
-            why += f" within memory budget {budget:,} B" if fitting else f"; nothing fits memory budget {budget:,} B, so fastest"
+        if fitting:
+            fastest = min(estimates[b.name]["time_s"] for b in fitting)
+            near = [b for b in fitting if estimates[b.name]["time_s"] <= fastest * MARGIN]
+            best = max(near, key=lambda b: (b.priority, -estimates[b.name]["time_s"]))
+            why = f"lowest estimated time ({_fmt(estimates[best.name])})"
+            if estimates[best.name]["time_s"] > fastest:
+                why = f"preferred and within {MARGIN:.2f}x of the fastest estimate ({_fmt(estimates[best.name])})"
+            if budget is not None:
+                why += f" within memory budget {_mib(budget)}"
+        else:
+            best = min(candidates, key=lambda b: (estimates[b.name]["bytes"], estimates[b.name]["time_s"]))
+            why = f"nothing fits memory budget {_mib(budget)}; smallest estimated memory ({_fmt(estimates[best.name])})"
         for b in candidates:
             if b is not best:
                 e = estimates[b.name]
                 over = budget is not None and e["bytes"] > budget
-                rejected[b.name] = f"estimated {e['time_s'] * 1e3:.2f} ms, {e['bytes']:,} B" + (" (over memory budget)" if over else " (slower)")
+                rejected[b.name] = f"estimated {_fmt(e)}" + (" (over memory budget)" if over else " (slower)")
     else:
         best = candidates[0]
         why = "most preferred backend that supports the call"

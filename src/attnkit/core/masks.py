@@ -48,6 +48,11 @@ class Mask:
         """The batch size this mask was built for, or None if it holds no per-sequence data."""
         return None
 
+    @property
+    def num_heads(self) -> int | None:
+        """The head count this mask holds data for (a per-head tensor), or None."""
+        return None
+
     # composition -------------------------------------------------------------------------------
     def __and__(self, other: "Mask") -> "Mask":
         return AndMask(self, _as_mask(other, "other"))
@@ -86,7 +91,7 @@ class Mask:
     ) -> torch.Tensor:
         """The mask on one tile: bool (B or 1, H or 1, q1-q0, k1-k0)."""
         nb = (batch or self.batch_size or 1) if "b" in self.dims else 1
-        nh = (heads or 1) if "h" in self.dims else 1
+        nh = (heads or self.num_heads or 1) if "h" in self.dims else 1
         g = index_grid(q_range, kv_range, batch=nb, heads=nh, device=device)
         out = torch.as_tensor(self.predicate(L, S)(g.b, g.h, g.q, g.kv), device=g.q.device)
         if out.dtype != torch.bool:
@@ -143,6 +148,10 @@ class _Combined(Mask):
             raise ValueError(f"combined masks were built for different batch sizes {sorted(sizes)}; build them for the same batch")
         return sizes.pop() if sizes else None
 
+    @property
+    def num_heads(self) -> int | None:
+        return max((p.num_heads for p in self.parts if p.num_heads is not None), default=None)
+
     def __repr__(self) -> str:
         sep = {"AndMask": " & ", "OrMask": " | "}[type(self).__name__]
         return "(" + sep.join(repr(p) for p in self.parts) + ")"
@@ -161,6 +170,8 @@ class AndMask(_Combined):
             return TileState.FULL
         if None in states:
             return None
+        if sum(s is TileState.PARTIAL for s in states) > 1:
+            return None  # two partial tiles may not overlap at all (causal & ~causal): evaluate
         return TileState.PARTIAL
 
 
@@ -193,6 +204,10 @@ class NotMask(Mask):
     @property
     def batch_size(self):
         return self.inner.batch_size
+
+    @property
+    def num_heads(self):
+        return self.inner.num_heads
 
     def predicate(self, L, S):
         fn = self.inner.predicate(L, S)
@@ -286,8 +301,8 @@ class KeyPrefixMask(Mask):
     def __init__(self, prefix: int | torch.Tensor):
         self.prefix = prefix
         if isinstance(prefix, torch.Tensor):
-            if prefix.dim() != 1:
-                raise ValueError(f"prefix_len must be an int or a 1-D tensor (B,), got shape {tuple(prefix.shape)}")
+            if prefix.dim() != 1 or prefix.dtype.is_floating_point or prefix.dtype == torch.bool:
+                raise ValueError(f"prefix_len must be an int or a 1-D integer tensor (B,), got {prefix.dtype} shape {tuple(prefix.shape)}")
             self.dims = frozenset({"b"})
         elif isinstance(prefix, bool) or not isinstance(prefix, int) or prefix < 0:
             raise ValueError(f"prefix_len must be a non-negative int or a (B,) tensor, got {prefix!r}")
@@ -417,6 +432,10 @@ class TensorMask(Mask):
     def batch_size(self):
         return self.t.shape[0] if self.t.shape[0] > 1 else None
 
+    @property
+    def num_heads(self):
+        return self.t.shape[1] if self.t.shape[1] > 1 else None
+
     def predicate(self, L, S):
         if self.t.shape[2] not in (1, L) or self.t.shape[3] not in (1, S):
             raise ValueError(f"mask of shape {tuple(self.t.shape)} is not broadcastable to (B, H, L={L}, S={S})")
@@ -453,7 +472,17 @@ class CustomMask(Mask):
         self.fn, self.dims, self.name = fn, dims, name or getattr(fn, "__name__", "custom")
 
     def predicate(self, L, S):
-        return self.fn
+        fn = self.fn
+
+        def checked(b, h, q, kv):
+            # checked here, not only in evaluate(), so backends that call predicates on tiles
+            # directly get the same TypeError instead of a masked_fill error deep inside
+            out = torch.as_tensor(fn(b, h, q, kv))
+            if out.dtype != torch.bool:
+                raise TypeError(f"mask predicate {self.name} must return a bool tensor, got {out.dtype}; compare with >=, == etc.")
+            return out
+
+        return checked
 
     def __repr__(self):
         return f"custom({self.name})"

@@ -64,7 +64,7 @@ def accum_dtype(dtype: torch.dtype) -> torch.dtype:
 def group_queries(q: torch.Tensor, num_kv_heads: int) -> torch.Tensor:
     """(B, H, L, E) -> (B, Hkv, G, L, E), query head h = kv_head * G + g (as in SDPA's enable_gqa)."""
     B, H, L, E = q.shape
-    return q.view(B, num_kv_heads, H // num_kv_heads, L, E)
+    return q.reshape(B, num_kv_heads, H // num_kv_heads, L, E)
 
 
 def block_mask(q_pos: torch.Tensor, k_pos: torch.Tensor, *, causal: bool, seq_len: int) -> torch.Tensor:
@@ -79,11 +79,13 @@ def block_mask(q_pos: torch.Tensor, k_pos: torch.Tensor, *, causal: bool, seq_le
     return allowed
 
 
-def _scores(q: torch.Tensor, k: torch.Tensor, scale: float, allowed: torch.Tensor | None) -> torch.Tensor:
-    # q (B, Hkv, G, Lq, E), k (B, Hkv, Lk, E) -> (B, Hkv, G, Lq, Lk)
-    s = torch.matmul(q, k.unsqueeze(2).transpose(-1, -2)) * scale
+def _scores(q_scaled: torch.Tensor, k: torch.Tensor, allowed: torch.Tensor | None) -> torch.Tensor:
+    # q_scaled = scale * q (B, Hkv, G, Lq, E), k (B, Hkv, Lk, E) -> (B, Hkv, G, Lq, Lk).
+    # Scaling q (Lq x E) instead of the scores (Lq x Lk) saves one score-sized temporary; the
+    # score tensor is fresh, so the mask is applied in place. Memory per block: the score matrix.
+    s = torch.matmul(q_scaled, k.unsqueeze(2).transpose(-1, -2))
     if allowed is not None:
-        s = s.masked_fill(~allowed, _NEG_INF)
+        s.masked_fill_(~allowed, _NEG_INF)
     return s
 
 
@@ -103,13 +105,14 @@ def block_forward(
     """
     acc = accum_dtype(q.dtype)
     q, k, v = q.to(acc), k.to(acc), v.to(acc)
-    s = _scores(q, k, scale, allowed)
+    s = _scores(q * scale, k, allowed)
     m = _finite_or_zero(s.amax(dim=-1, keepdim=True))  # (B, Hkv, G, Lq, 1)
-    p = torch.exp(s - m)  # unnormalised probabilities
-    l = p.sum(dim=-1, keepdim=True)
-    nonempty = l > 0
-    out = torch.matmul(p, v.unsqueeze(2)) / torch.where(nonempty, l, torch.ones_like(l))
-    lse = torch.where(nonempty, m + torch.log(l), torch.full_like(l, _NEG_INF))
+    p = s.sub_(m).exp_()  # unnormalised probabilities, in place of the scores
+    row_sum = p.sum(dim=-1, keepdim=True)  # l in the docstring
+    nonempty = row_sum > 0
+    safe_sum = torch.where(nonempty, row_sum, torch.ones_like(row_sum))  # 0-sum rows divide by 1
+    out = torch.matmul(p, v.unsqueeze(2)) / safe_sum
+    lse = torch.where(nonempty, m + torch.log(safe_sum), torch.full_like(row_sum, _NEG_INF))
     return out, lse.squeeze(-1)
 
 
@@ -150,11 +153,12 @@ def block_backward(
     """
     acc = accum_dtype(q.dtype)
     q, k, v, d_out = q.to(acc), k.to(acc), v.to(acc), d_out.to(acc)
-    s = _scores(q, k, scale, allowed)
-    p = torch.exp(s - _finite_or_zero(lse).unsqueeze(-1))  # (B, Hkv, G, Lq, Lk); 0 where masked
+    q_scaled = q * scale
+    p = _scores(q_scaled, k, allowed).sub_(_finite_or_zero(lse).unsqueeze(-1)).exp_()  # (B, Hkv, G, Lq, Lk); 0 where masked
     dv = torch.matmul(p.transpose(-1, -2), d_out).sum(dim=2)  # (B, Hkv, Lk, Ev)
     dp = torch.matmul(d_out, v.unsqueeze(2).transpose(-1, -2))  # (B, Hkv, G, Lq, Lk)
-    ds = p * (dp - delta.unsqueeze(-1))
+    ds = dp.sub_(delta.unsqueeze(-1)).mul_(p)  # P ∘ (dP - D), in place of dP
+    del p, dp
     dq = torch.matmul(ds, k.unsqueeze(2)) * scale  # (B, Hkv, G, Lq, E)
-    dk = torch.matmul(ds.transpose(-1, -2), q).sum(dim=2) * scale  # (B, Hkv, Lk, E)
+    dk = torch.matmul(ds.transpose(-1, -2), q_scaled).sum(dim=2)  # (B, Hkv, Lk, E); scale via q_scaled
     return dq, dk, dv

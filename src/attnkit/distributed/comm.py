@@ -44,7 +44,13 @@ def resolve_group(group: dist.ProcessGroup | None) -> dist.ProcessGroup:
             "torch.distributed is not initialized; launch with torchrun and call "
             "dist.init_process_group('gloo') on CPU or dist.init_process_group('nccl') on GPU first"
         )
-    return dist.group.WORLD if group is None else group
+    group = dist.group.WORLD if group is None else group
+    if dist.get_rank(group) < 0:
+        raise ValueError(
+            f"this process (global rank {dist.get_rank()}) is not a member of the given group; "
+            "call it only on the group's ranks (see dist.new_group), or pass group=None for all ranks"
+        )
+    return group
 
 
 def check_timeout(timeout: object) -> timedelta | None:
@@ -89,11 +95,15 @@ def wait_all(works: Sequence[dist.Work], *, timeout: timedelta | None, what: str
 class PendingExchange:
     """Receives in flight from one ring hop; :meth:`wait` returns the received tensors."""
 
-    def __init__(self, works: list[dist.Work], received: list[torch.Tensor], timeout: timedelta | None, what: str):
+    def __init__(
+        self, works: list[dist.Work], sent: list[torch.Tensor], received: list[torch.Tensor], timeout: timedelta | None, what: str
+    ):
         self._works, self._received, self._timeout, self._what = works, received, timeout, what
+        self._sent = sent  # keep the send buffers alive until the sends are done
 
     def wait(self) -> list[torch.Tensor]:
         wait_all(self._works, timeout=self._timeout, what=self._what)
+        self._sent = []
         return self._received
 
 
@@ -114,14 +124,15 @@ class RingComm:
         ``tag`` separates channels in flight at the same time (gloo matches by tag; NCCL by order).
         The sent tensors must not be modified until the returned exchange has been waited on.
         """
-        received = [torch.empty_like(t) for t in tensors]
+        sent = [t.contiguous() for t in tensors]
+        received = [torch.empty_like(t) for t in sent]
         ops = []
-        for i, (t, r) in enumerate(zip(tensors, received)):
-            ops.append(dist.P2POp(dist.isend, t.contiguous(), group=self.group, group_peer=self.next, tag=tag + i))
+        for i, (t, r) in enumerate(zip(sent, received, strict=True)):
+            ops.append(dist.P2POp(dist.isend, t, group=self.group, group_peer=self.next, tag=tag + i))
             ops.append(dist.P2POp(dist.irecv, r, group=self.group, group_peer=self.prev, tag=tag + i))
         works = dist.batch_isend_irecv(ops)
         label = f"ring_attention {what} (rank {self.rank} of {self.world_size}: send to {self.next}, receive from {self.prev})"
-        return PendingExchange(works, received, self.timeout, label)
+        return PendingExchange(works, sent, received, self.timeout, label)
 
 
 def all_gather_rows(row: torch.Tensor, group: dist.ProcessGroup, timeout: timedelta | None, what: str) -> torch.Tensor:

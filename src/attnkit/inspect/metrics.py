@@ -628,7 +628,7 @@ class HeadSummary:
         return [{c: v for c, v in asdict(s).items() if c in cols} for s in self.stats]
 
     def _cells(self, digits: int) -> tuple[list[str], list[list[str]]]:
-        cols = [c for c in self.columns()]
+        cols = self.columns()
         body = []
         for row in self.to_rows():
             body.append([
@@ -640,7 +640,7 @@ class HeadSummary:
         """Aligned plain-text table."""
         cols, body = self._cells(digits)
         widths = [max(len(c), *(len(r[i]) for r in body)) if body else len(c) for i, c in enumerate(cols)]
-        line = lambda cells: "  ".join(x.ljust(w) for x, w in zip(cells, widths)).rstrip()  # noqa: E731
+        line = lambda cells: "  ".join(x.ljust(w) for x, w in zip(cells, widths, strict=True)).rstrip()  # noqa: E731
         return "\n".join([line(cols), line(["-" * w for w in widths]), *(line(r) for r in body)])
 
     def to_markdown(self, digits: int = 3) -> str:
@@ -676,6 +676,17 @@ def _head_mean(values: Tensor, valid: Tensor) -> Tensor:
     count = valid.sum((0, 2))
     total = (values * valid).sum((0, 2))
     return torch.where(count > 0, total / count.clamp(min=1), torch.full_like(total, math.nan))
+
+
+def _positional_head_mean(w: Tensor, valid: Tensor, mask: Tensor | None, shift: int) -> Tensor:
+    """Per-head mean weight on key ``i + shift`` over valid rows whose target key exists and is allowed -> (H,)."""
+    L, S = w.shape[-2:]
+    mass, exists = _diagonal_mass(w, shift)
+    ok = valid & exists
+    if mask is not None:  # the target key must also be allowed for this row
+        j = (torch.arange(L, device=w.device) + shift).clamp(0, S - 1)
+        ok = ok & mask.expand(w.shape).gather(-1, j.expand(*w.shape[:-1])[..., None])[..., 0]
+    return _head_mean(mass, ok)
 
 
 def _stack_layers(attentions) -> list[Tensor]:
@@ -772,20 +783,11 @@ def classify_heads(
         if query_mask is not None:
             valid = valid & query_mask[:, None, :].to(w.device)
 
-        def positional(shift: int) -> Tensor:
-            mass, exists = _diagonal_mass(w, shift)
-            ok = valid & exists
-            if mask is not None:  # the target key must also be allowed for this row
-                j = (torch.arange(L, device=w.device) + shift).clamp(0, S - 1)
-                allowed = mask.expand(w.shape).gather(-1, j.expand(*w.shape[:-1])[..., None])[..., 0]
-                ok = ok & allowed
-            return _head_mean(mass, ok)
-
         ent = _head_mean(normalized_entropy(w, key_mask), valid)
         mx = _head_mean(max_weight(w), valid)
         dist = _head_mean(mean_attention_distance(w, offset), valid)
         sink = _head_mean(sink_mass(w, 0), valid)
-        prev, nxt, own = positional(offset - 1), positional(offset + 1), positional(offset)
+        prev, nxt, own = (_positional_head_mean(w, valid, mask, offset + d) for d in (-1, 1, 0))
         special = _head_mean(sink_mass(w, special_keys), valid) if special_keys is not None else None
 
         # Column means per sequence: how much of every row goes to the same key j.

@@ -5,16 +5,26 @@ into H heads, attend in each head, concatenate, project out. Grouped-query atten
 al. 2023, https://arxiv.org/abs/2305.13245) uses ``kv_heads`` < ``num_heads`` key/value heads, each
 shared by ``num_heads / kv_heads`` query heads; ``kv_heads=1`` is multi-query attention.
 
+Incremental decoding: ``forward(x_new, cache=..., causal=True)`` projects only the new tokens,
+appends their keys/values to the cache (:mod:`attnkit.cache`) and attends over everything cached,
+with bottom-right causal alignment (one new query sees every cached key). Positions (for a
+``rotary=`` embedding, Su et al. 2021, https://arxiv.org/abs/2104.09864, and for position biases)
+continue per sequence from the cache; with GQA/MQA the cache holds ``kv_heads`` heads, H/Hkv times
+smaller than MHA's.
+
 Shape legend (batch_first): query (B, L, D), key (B, S, Dk), value (B, S, Dv), out (B, L, D);
 weights (B, L, S) averaged over heads or (B, H, L, S) per head.
 """
 
 from __future__ import annotations
 
+import copy
+
 import torch
 from torch import nn
 
 from ..core import masks as M
+from ..core import registry as _registry
 from ..core.call import attention
 from ..core.checks import require_ndim, require_positive_int, require_probability, require_tensor
 from ..core.output import AttentionOutput
@@ -35,6 +45,7 @@ class MultiHeadAttention(nn.Module):
         batch_first: bool = True,
         score=None,
         backend: str = "auto",
+        rotary=None,
         device=None,
         dtype=None,
     ):
@@ -51,10 +62,17 @@ class MultiHeadAttention(nn.Module):
         self.kdim, self.vdim = kdim or embed_dim, vdim or embed_dim
         self.dropout = require_probability("dropout", dropout)
         self.batch_first = bool(batch_first)
+        if backend != "auto":
+            _registry.get(backend)  # a misspelt backend fails here, listing the valid names, not at the first forward
         self.backend = backend
         sc = as_score(score)
+        if score is None or isinstance(score, str):
+            # named scores are shared singletons: own a copy, so .double()/.to() on this module
+            # cannot change every other call's score (cosine holds a τ parameter)
+            sc = copy.deepcopy(sc)
         sc.check_head_dim(self.head_dim)
         self.score: Score = sc
+        self.rotary = _check_rotary(rotary, self.head_dim)
         kw = {"device": device, "dtype": dtype}
         self.q_proj = nn.Linear(embed_dim, embed_dim, bias=bias, **kw)
         self.k_proj = nn.Linear(self.kdim, kv_heads * self.head_dim, bias=bias, **kw)
@@ -83,16 +101,25 @@ class MultiHeadAttention(nn.Module):
         bias=None,
         need_weights: bool = False,
         average_attn_weights: bool = True,
+        cache=None,
+        positions: torch.Tensor | None = None,
+        rotary=None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Returns ``(out, weights or None)``.
 
         ``mask``: True = may attend (Mask, bool tensor or predicate). ``key_padding_mask``: torch's
         convention, (B, S) True = padding. ``attention_mask``: Hugging Face's, (B, S) 1 = token.
         ``causal``: bottom-right aligned causal mask. All given masks are combined with AND.
+
+        Decoding: ``cache`` is an :mod:`attnkit.cache` object; then ``attention_mask`` /
+        ``key_padding_mask`` are (B, L) and describe the *new* tokens (padding is not cached),
+        ``mask`` and ``bias`` are evaluated at absolute positions, and ``positions`` (L,) or (B, L)
+        overrides the positions that continue each row. ``rotary`` (a RotaryEmbedding) overrides the
+        one given at construction.
         """
         out, res = self.attend(
             query, key, value, mask=mask, key_padding_mask=key_padding_mask, attention_mask=attention_mask,
-            causal=causal, bias=bias, need_weights=need_weights,
+            causal=causal, bias=bias, need_weights=need_weights, cache=cache, positions=positions, rotary=rotary,
         )
         w = res.weights
         if w is not None and average_attn_weights:
@@ -111,10 +138,23 @@ class MultiHeadAttention(nn.Module):
         causal: bool = False,
         bias=None,
         need_weights: bool = False,
+        cache=None,
+        positions: torch.Tensor | None = None,
+        rotary=None,
     ) -> tuple[torch.Tensor, AttentionOutput]:
         """Like :meth:`forward` but returns the full :class:`AttentionOutput` (report, lse, per-head weights)."""
+        rotary = self.rotary if rotary is None else _check_rotary(rotary, self.head_dim)
+        if cache is not None:
+            return self._attend_cached(
+                query, key, value, cache=cache, mask=mask, key_padding_mask=key_padding_mask,
+                attention_mask=attention_mask, causal=causal, bias=bias, need_weights=need_weights,
+                positions=positions, rotary=rotary,
+            )
+        self_attention = key is None or key is query
         query, key, value = self._inputs(query, key, value)
         q, k, v = self.project(query, key, value)
+        if rotary is not None or positions is not None:
+            q, k, bias = _apply_positions(q, k, bias, positions, rotary, self_attention)
         combined = combine_masks(mask, key_padding_mask, attention_mask, causal)
         res = attention(
             q, k, v, score=self.score, mask=combined, bias=bias,
@@ -125,6 +165,85 @@ class MultiHeadAttention(nn.Module):
         if not self.batch_first:
             out = out.transpose(0, 1)
         return out, res
+
+    def _attend_cached(
+        self, query, key, value, *, cache, mask, key_padding_mask, attention_mask, causal, bias, need_weights, positions, rotary
+    ) -> tuple[torch.Tensor, AttentionOutput]:
+        """One decoding step (or a prompt) against ``cache``; see :mod:`attnkit.modules.cache`."""
+        from . import cache as C
+        from ..core.biases import as_modifier
+
+        if not isinstance(cache, (C.KVCache, C.CrossAttentionCache)):
+            raise TypeError(f"cache must be an attnkit.cache object (DynamicCache, StaticCache, SlidingWindowCache, CrossAttentionCache), got {type(cache).__name__}")
+        if isinstance(cache, C.CrossAttentionCache):
+            return self._attend_cross_cached(query, key, value, cache, mask, key_padding_mask, attention_mask, causal, bias, need_weights)
+        if key is not None and key is not query:
+            raise ValueError(f"{type(cache).__name__} is a self-attention cache, so key must be None (or the query); for cross-attention use CrossAttentionCache")
+        query, _, _ = self._inputs(query, None, None)
+        B, L, _ = query.shape
+        if cache.batch_size is not None and cache.batch_size != B:
+            raise ValueError(C._batch_msg(cache, cache.batch_size, B))
+        valid = _new_token_validity(key_padding_mask, attention_mask, B, L, query.device)
+        q, k, v = self.project(query, query, query)  # (B, H, L, E), (B, Hkv, L, E) x2
+        if positions is None:
+            pos = cache.positions_for(B, L, valid, device=q.device)  # (B, L)
+        else:
+            if not isinstance(positions, torch.Tensor) or positions.is_floating_point() or positions.dtype == torch.bool:
+                raise TypeError(f"positions must be an integer tensor (L,) or (B, L), got {getattr(positions, 'dtype', type(positions).__name__)}")
+            if positions.shape not in ((L,), (B, L)):
+                raise ValueError(f"positions must have shape (L,)=({L},) or (B, L)=({B}, {L}), got {tuple(positions.shape)}")
+            if bool((positions < 0).any()):
+                raise ValueError(f"positions must be >= 0, got a minimum of {int(positions.min())}")
+            pos = positions.to(q.device).long().expand(B, L)
+        if rotary is not None:
+            q, k = rotary.rotate_qk(q, k, pos)  # keys are cached already rotated at their own positions
+        view = cache.update(k, v, positions=None if positions is None else pos, valid=valid)
+        window = cache.window if isinstance(cache, C.SlidingWindowCache) else None
+        user_mask = M.as_mask(mask)
+        combined = C.cache_mask(view, pos, valid, causal=causal, window=window, mask=user_mask)
+        bm = as_modifier(bias)
+        if bm is not None:
+            bm = C.PositionedBias(bm, pos, view.positions)
+        res = attention(
+            q, view.k, view.v, score=self.score, mask=combined, bias=bm,
+            dropout_p=self.dropout if self.training else 0.0, backend=self.backend, return_weights=need_weights,
+        )
+        return self._finish(res), res
+
+    def _attend_cross_cached(self, query, key, value, cache, mask, key_padding_mask, attention_mask, causal, bias, need_weights):
+        B = query.shape[0 if self.batch_first else 1]
+        if not cache.initialized:
+            if key is None:
+                raise ValueError("CrossAttentionCache is empty; the first call must pass key= (the encoder output) to fill it")
+            query, key, value = self._inputs(query, key, value)
+            S = key.shape[1]
+            valid = _new_token_validity(key_padding_mask, attention_mask, B, S, query.device)
+            B, S = key.shape[:2]
+            k = self.k_proj(key).view(B, S, self.kv_heads, self.head_dim).transpose(1, 2)
+            v = self.v_proj(value).view(B, S, self.kv_heads, self.head_dim).transpose(1, 2)
+            view = cache.store(k, v, valid)
+        else:
+            if key is not None:
+                raise ValueError("CrossAttentionCache already holds encoder keys; pass key=None to reuse them, or reset() it for a new input")
+            if key_padding_mask is not None or attention_mask is not None:
+                raise ValueError("encoder padding was stored when the CrossAttentionCache was filled; don't pass key_padding_mask/attention_mask again")
+            query, _, _ = self._inputs(query, None, None)
+            view = cache.view(batch=query.shape[0])
+        B, L, _ = query.shape
+        q = self.q_proj(query).view(B, L, self.num_heads, self.head_dim).transpose(1, 2)
+        parts = [p for p in (M.as_mask(mask), M.KeyPaddingMask(view.valid) if view.valid is not None else None, M.causal() if causal else None) if p is not None]
+        combined = None
+        for p in parts:
+            combined = p if combined is None else combined & p
+        res = attention(
+            q, view.k, view.v, score=self.score, mask=combined, bias=bias,
+            dropout_p=self.dropout if self.training else 0.0, backend=self.backend, return_weights=need_weights,
+        )
+        return self._finish(res), res
+
+    def _finish(self, res: AttentionOutput) -> torch.Tensor:
+        out = self.merge(res.out)
+        return out if self.batch_first else out.transpose(0, 1)
 
     # pieces ----------------------------------------------------------------------------------
     def _inputs(self, query, key, value):
@@ -137,6 +256,8 @@ class MultiHeadAttention(nn.Module):
             require_ndim(name, t, 3, legend, "batch a single sequence with .unsqueeze(0)" if self.batch_first else "")
             if t.shape[-1] != d:
                 raise ValueError(f"{name} last dim must be {d}, got shape {tuple(t.shape)}")
+            if t.dtype != self.q_proj.weight.dtype and not torch.is_autocast_enabled(t.device.type):  # autocast mixes on purpose
+                raise TypeError(f"{name} has dtype {t.dtype} but the module's weights are {self.q_proj.weight.dtype}; cast the input or the module with .to(dtype)")
         if not self.batch_first:
             query, key, value = query.transpose(0, 1), key.transpose(0, 1), value.transpose(0, 1)
         if key.shape[:2] != value.shape[:2]:
@@ -216,6 +337,65 @@ class MultiHeadAttention(nn.Module):
 
     def extra_repr(self) -> str:
         return f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, kv_heads={self.kv_heads}, score={self.score.name!r}, backend={self.backend!r}"
+
+
+def _new_token_validity(key_padding_mask, attention_mask, B: int, L: int, device) -> torch.Tensor | None:
+    """(B, L) bool, True = real token, from torch's or Hugging Face's padding convention; None if all real."""
+    valid = None
+    for name, m, flip in (("key_padding_mask", key_padding_mask, True), ("attention_mask", attention_mask, False)):
+        if m is None:
+            continue
+        if not isinstance(m, torch.Tensor) or m.shape != (B, L):
+            raise ValueError(
+                f"with a cache, {name} covers the new tokens only and must be (B, L)=({B}, {L}), got "
+                f"{tuple(getattr(m, 'shape', ())) or type(m).__name__}; the cache remembers the padding of earlier tokens"
+            )
+        mm = (M.from_key_padding_mask(m) if flip else M.from_attention_mask(m)).valid.to(device)
+        valid = mm if valid is None else valid & mm
+    if valid is not None and bool(valid.all()):
+        return None
+    return valid
+
+
+def _check_rotary(rotary, head_dim: int):
+    if rotary is None:
+        return None
+    from .rotary import RotaryEmbedding
+
+    if not isinstance(rotary, RotaryEmbedding):
+        raise TypeError(f"rotary must be an attnkit RotaryEmbedding or None, got {type(rotary).__name__}")
+    if rotary.head_dim != head_dim:
+        raise ValueError(f"rotary was built for head_dim={rotary.head_dim} but this module has head_dim={head_dim}; build RotaryEmbedding({head_dim})")
+    return rotary
+
+
+def _apply_positions(q, k, bias, positions, rotary, self_attention: bool):
+    """No cache: rotate q/k and evaluate biases at ``positions`` (queries; keys too in self-attention)."""
+    B, _, L, _ = q.shape
+    S = k.shape[2]
+    if positions is None:
+        q_pos = torch.arange(L, device=q.device)[None]
+    else:
+        if not isinstance(positions, torch.Tensor) or positions.is_floating_point() or positions.dim() not in (1, 2) or positions.shape[-1] != L:
+            raise ValueError(f"positions must be an integer tensor (L,)=({L},) or (B, L)=({B}, {L}), got {getattr(positions, 'shape', type(positions).__name__)}")
+        q_pos = positions.long().to(q.device)
+        q_pos = q_pos[None] if q_pos.dim() == 1 else q_pos
+    if self_attention and S == L:
+        k_pos = q_pos
+    elif positions is not None:
+        raise ValueError("positions= without a cache applies to self-attention only (key=None); for cross-attention the keys have their own positions")
+    else:
+        k_pos = torch.arange(S, device=q.device)[None]
+    if rotary is not None:
+        if not self_attention:
+            raise ValueError("rotary embedding is for self-attention (key=None); cross-attention keys have no shared positions")
+        q, k = rotary(q, q_pos), rotary(k, k_pos)
+    if bias is not None and positions is not None:
+        from ..core.biases import as_modifier
+        from .cache import PositionedBias
+
+        bias = PositionedBias(as_modifier(bias), q_pos, k_pos)
+    return q, k, bias
 
 
 def combine_masks(mask=None, key_padding_mask=None, attention_mask=None, causal: bool = False) -> M.Mask | None:

@@ -1,0 +1,1 @@
+"""Benchmark scripts: they print and save JSON under benchmarks/results/; never run as tests."""

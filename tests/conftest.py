@@ -1,0 +1,41 @@
+"""Shared test set-up: reproducible Hypothesis, deterministic torch, the tests folder on sys.path.
+
+Hypothesis runs derandomized (a fixed seed derived from each test) with no deadline, so CI on two
+slow cores is reproducible and never flakes on timing. ``HYPOTHESIS_PROFILE=dev`` explores with
+fresh random examples locally; ``=thorough`` runs ten times more.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+# helpers such as numpy_reference.py live next to this file (the tests folder has no __init__.py)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+# under pytest-xdist (-n 2 on 2 cores) each worker gets one intra-op thread: two workers with two
+# OpenMP threads each oversubscribe the cores and tiny ops then wait milliseconds on spinning threads
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    torch.set_num_threads(1)
+
+try:
+    from hypothesis import HealthCheck, settings
+
+    _common = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    settings.register_profile("ci", derandomize=True, database=None, print_blob=True, **_common)
+    settings.register_profile("dev", derandomize=False, **_common)
+    settings.register_profile("thorough", derandomize=False, max_examples=2000, **_common)
+    settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+except ImportError:  # hypothesis is a dev extra; the tests that need it importorskip it
+    pass
+
+
+@pytest.fixture(autouse=True)
+def _seed_torch():
+    """Every test starts from the same RNG state, whatever ran before it on this worker."""
+    torch.manual_seed(0)
+    yield

@@ -1,0 +1,28 @@
+"""Real English sentences of varied length for the MiniLM parity tests (written here; no download)."""
+
+SENTENCES = [
+    "The animal didn't cross the street because it was too tired.",
+    "Hi!",
+    "Attention is all you need.",
+    "The quick brown fox jumps over the lazy dog.",
+    "She sold her old bicycle to a neighbour who had just moved into the house across the road.",
+    "Why?",
+    "In 1969, Neil Armstrong became the first person to walk on the Moon, a moment watched by an estimated 600 million people.",
+    "Rain is expected tomorrow afternoon.",
+    "The committee postponed its decision until the auditors had finished reviewing the accounts of the previous three years.",
+    "I think, therefore I am.",
+    "My grandmother's recipe for apple pie calls for cinnamon, nutmeg, and a pinch of salt.",
+    "Please turn off the lights when you leave the room.",
+    "The trophy would not fit in the brown suitcase because it was too big.",
+    "Photosynthesis converts light energy into chemical energy stored in glucose.",
+    "He kept walking.",
+    "After the storm passed, the villagers gathered on the beach to count the boats that had been torn from their moorings, and by nightfall they knew that only two were missing.",
+    "Can you recommend a good book about the history of mathematics?",
+    "The stock market fell sharply on Monday after the central bank raised interest rates.",
+    "Dogs bark.",
+    "Water boils at 100 degrees Celsius at sea level, but at lower temperatures on high mountains.",
+    "The children laughed as the clown juggled seven oranges without dropping a single one.",
+    "It's not the years in your life that count, it's the life in your years.",
+    "The new library, which opened last spring, already lends more books each week than the old one did in a month.",
+    "Quantum computers use qubits, which can exist in superpositions of zero and one.",
+]
