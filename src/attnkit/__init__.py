@@ -13,7 +13,22 @@ from .core.dispatch import get_memory_budget, set_memory_budget
 from .core.output import AttentionOutput, BackendResult, Report
 from .core.registry import available as available_backends
 from .core.registry import register
+from .backends.blockwise import blockwise_attention, set_tile_sizes
+from .backends.linear import linear_attention
 from .modules.multihead import MultiHeadAttention
+from .modules.rotary import RotaryEmbedding
+from . import cache  # noqa: E402  (after the modules it re-exports)
+
+# heavier parts load on first use: `attnkit.inspect.capture(...)` works after a plain `import attnkit`
+_LAZY = ("inspect", "distributed", "models", "integrations")
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module 'attnkit' has no attribute {name!r}")
 
 __all__ = [
     "attention",
@@ -22,8 +37,17 @@ __all__ = [
     "BackendResult",
     "Report",
     "MultiHeadAttention",
+    "RotaryEmbedding",
     "available_backends",
     "biases",
+    "blockwise_attention",
+    "cache",
+    "distributed",
+    "inspect",
+    "integrations",
+    "linear_attention",
+    "models",
+    "set_tile_sizes",
     "get_memory_budget",
     "masks",
     "register",

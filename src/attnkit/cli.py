@@ -1,7 +1,7 @@
 """Command line: thin — parse arguments, call library functions.
 
 attnkit report [--out DIR]          run everything at its quick default, write DIR/index.html
-attnkit bench [--quick] [--out DIR] backend benchmark sweep (JSON + PNG)
+attnkit bench [--quick|--suite S] [--out DIR]  backend benchmark sweep (JSON + PNG)
 attnkit viz TEXT --out DIR          attention maps and diagnostics of a real pretrained model
 attnkit backends                    list registered backends
 """
@@ -18,7 +18,9 @@ def _parser() -> argparse.ArgumentParser:
     r = sub.add_parser("report", help="run every experiment at its quick default and write one HTML report")
     r.add_argument("--out", default="report", help="output folder (default: report/)")
     b = sub.add_parser("bench", help="benchmark the backends")
-    b.add_argument("--quick", action="store_true", help="small sweep (about a minute)")
+    b.add_argument("--quick", action="store_true", help="small sweep (about 30 s); same as --suite quick")
+    b.add_argument("--suite", choices=("quick", "must", "full"), default=None,
+                   help="quick (~30 s), must (the headline comparisons, ~30 min; the default), full (the whole sweep, hours)")
     b.add_argument("--out", default="benchmarks/results", help="where JSON and PNG go")
     v = sub.add_parser("viz", help="attention maps of all-MiniLM-L6-v2 for a sentence")
     v.add_argument("text")
@@ -36,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     elif args.cmd == "bench":
         from .bench import run_bench
 
-        run_bench(quick=args.quick, out_dir=args.out)
+        run_bench(quick=args.quick, out_dir=args.out, suite=args.suite)
     elif args.cmd == "viz":
         from .viz import run_viz
 

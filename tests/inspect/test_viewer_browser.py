@@ -2,7 +2,7 @@
 hover, shows hostile tokens as text, and logs no console errors.
 
 Needs Debian's chromium + chromium-driver (``bash .ci/install-browser.sh``); skipped only
-when /usr/bin/chromium is absent. Selenium Manager is never used (the driver path is
+when /usr/bin/chromium is absent (a failure instead when ATTNKIT_REQUIRE_BROWSER is set, as .ci/run does). Selenium Manager is never used (the driver path is
 given), so nothing is downloaded. Set ATTNKIT_VIEWER_SCREENSHOT=/path.png to keep a
 screenshot of the full page.
 """
@@ -17,6 +17,8 @@ import torch
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 if not CHROMIUM.exists():
+    if os.environ.get("ATTNKIT_REQUIRE_BROWSER"):  # CI sets it: there a missing browser is a failure
+        pytest.fail("ATTNKIT_REQUIRE_BROWSER is set but /usr/bin/chromium is missing; run bash .ci/install-browser.sh", pytrace=False)
     pytest.skip("needs /usr/bin/chromium; install it with: bash .ci/install-browser.sh", allow_module_level=True)
 
 from selenium import webdriver  # noqa: E402

@@ -1,6 +1,6 @@
 """A softmax that turns a fully masked row into zeros instead of NaN.
 
-The usual ``softmax(masked_fill(s, ~m, -1e9))`` is wrong twice: -1e9 overflows in fp16, and a row
+The usual ``softmax(masked_fill(s, ~m, <minus a billion>))`` is wrong twice: that constant overflows in fp16, and a row
 with every key masked becomes a uniform average of garbage (or NaN with -inf). Here masked scores
 are -inf, the row max is replaced by 0 where it is -inf (so ``exp(-inf - 0) = 0``), and rows whose
 sum is 0 divide by 1. Gradients stay finite because every masked entry reaches the output through

@@ -5,6 +5,7 @@ Attention weights show where a head's softmax put its mass; they are not explana
 imported when a plot is drawn.
 """
 
+from attnkit.inspect.capture import CapturedCall, Recorder, capture, tiled_row_summaries
 from attnkit.inspect.metrics import (
     HEAD_LABELS,
     HeadStats,
@@ -27,6 +28,10 @@ from attnkit.inspect.rollout import attention_rollout, head_importance
 from attnkit.inspect.viewer import render_html, save_html
 
 __all__ = [
+    "CapturedCall",
+    "Recorder",
+    "capture",
+    "tiled_row_summaries",
     "HEAD_LABELS",
     "HeadStats",
     "HeadSummary",
