@@ -81,19 +81,22 @@ def test_register_rejects_bad_names():
         akhf.register("attnkit_x", backend="no_such_backend")
 
 
+def _eager_and_attnkit(cls, *, seed: int, **cfg):
+    """A tiny random Llama (2 layers, 4 query heads) twice with the same weights: eager, and on attnkit."""
+    config = transformers.LlamaConfig(num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=64, **cfg)
+    torch.manual_seed(seed)
+    eager = cls(config).eval()
+    eager.set_attn_implementation("eager")
+    ours = cls(config).eval()
+    ours.load_state_dict(eager.state_dict())
+    ours.set_attn_implementation("attnkit")
+    return eager, ours
+
+
 def test_decoder_with_gqa_causal_and_left_padding_equals_eager():
     """A tiny randomly initialised Llama (GQA 4/2, causal, RoPE), left padded: attnkit == eager on real tokens."""
     akhf.register()
-    cfg = transformers.LlamaConfig(
-        vocab_size=97, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=64,
-    )
-    torch.manual_seed(0)
-    eager = transformers.LlamaModel(cfg).eval()
-    eager.set_attn_implementation("eager")
-    ours = transformers.LlamaModel(cfg).eval()
-    ours.load_state_dict(eager.state_dict())
-    ours.set_attn_implementation("attnkit")
+    eager, ours = _eager_and_attnkit(transformers.LlamaModel, seed=0, vocab_size=97, hidden_size=64, intermediate_size=128, num_key_value_heads=2)
     ids = torch.randint(1, 97, (3, 11))
     mask = torch.ones(3, 11, dtype=torch.long)
     mask[1, :4] = 0
@@ -157,16 +160,7 @@ def test_convert_rejects_bad_masks():
 def test_greedy_generation_with_kv_cache_matches_eager():
     """Decoding (L = 1 queries over a growing cache) through attnkit gives eager's tokens and logits."""
     akhf.register()
-    cfg = transformers.LlamaConfig(
-        vocab_size=61, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=1, max_position_embeddings=64,
-    )
-    torch.manual_seed(1)
-    eager = transformers.LlamaForCausalLM(cfg).eval()
-    eager.set_attn_implementation("eager")
-    ours = transformers.LlamaForCausalLM(cfg).eval()
-    ours.load_state_dict(eager.state_dict())
-    ours.set_attn_implementation("attnkit")
+    eager, ours = _eager_and_attnkit(transformers.LlamaForCausalLM, seed=1, vocab_size=61, hidden_size=32, intermediate_size=64, num_key_value_heads=1)
     ids = torch.randint(1, 61, (2, 6))
     mask = torch.ones_like(ids)
     mask[1, :2] = 0  # left padding

@@ -27,6 +27,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from attnkit.inspect.layer_list import as_layer_list
+
 __all__ = ["plot_head", "plot_heads_grid", "plot_diagnostics", "plot_patch_map"]
 
 _INSTALL_HINT = "attnkit.inspect.plots needs matplotlib; install it with: pip install attnkit[viz]"
@@ -185,15 +187,7 @@ def plot_heads_grid(
         cell_size: inches per small heatmap.
         path: write a PNG here.
     """
-    if isinstance(attentions, (Tensor, np.ndarray)):
-        if attentions.ndim not in (4, 5):
-            raise ValueError(
-                "attentions as one tensor must be (layers, H, L, S) or (layers, B, H, L, S); "
-                f"got shape {tuple(attentions.shape)}"
-            )
-        attentions = list(attentions)
-    if not isinstance(attentions, Sequence) or len(attentions) == 0:
-        raise ValueError("attentions must be a non-empty sequence of per-layer weights")
+    attentions = as_layer_list(attentions)
     data = [_one_sequence(a, index, f"attentions[{i}]") for i, a in enumerate(attentions)]
     L, S = data[0].shape[-2:]
     for i, a in enumerate(data):

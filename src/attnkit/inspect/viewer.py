@@ -38,6 +38,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from attnkit.inspect.layer_list import as_layer_list
+
 __all__ = ["render_html", "save_html"]
 
 #: Weights above this count make a page of tens of MB; render_html warns.
@@ -79,15 +81,7 @@ def _to_numpy(x, name: str) -> np.ndarray:
 
 def _layers(attentions, index: int) -> list[np.ndarray]:
     """Per-layer (H, L, S) float64 arrays for one sequence."""
-    if isinstance(attentions, (Tensor, np.ndarray)):
-        if attentions.ndim not in (4, 5):
-            raise ValueError(
-                "attentions as one tensor must be (layers, H, L, S) or (layers, B, H, L, S); got shape "
-                f"{tuple(attentions.shape)}. A single layer's (H, L, S) goes in a list: [weights]."
-            )
-        attentions = list(attentions)
-    if not isinstance(attentions, Sequence) or isinstance(attentions, str) or len(attentions) == 0:
-        raise ValueError("attentions must be a non-empty sequence of per-layer (H, L, S) or (B, H, L, S) weights")
+    attentions = as_layer_list(attentions)
     out = []
     for i, a in enumerate(attentions):
         a = _to_numpy(a, f"attentions[{i}]")
