@@ -8,7 +8,16 @@ import math
 import pytest
 import torch
 
-from attnkit.distributed.block import block_backward, block_forward, block_mask, group_queries, merge_partials
+from attnkit.distributed import block as block_module
+from attnkit.distributed.block import block_backward, block_forward, block_mask, group_queries, merge_partials, row_chunks
+
+
+@pytest.fixture(params=["whole", "row_chunks"])
+def chunking(request, monkeypatch):
+    """Run each block either whole or in chunks of 16 query rows (the path long shards take)."""
+    if request.param == "row_chunks":
+        monkeypatch.setattr(block_module, "SCORE_ELEMENTS", 1)
+    return request.param
 
 
 def _plain(q, k, v, allowed):
@@ -41,9 +50,9 @@ def _blockwise(q, k, v, allowed, blocks):
 # the last order is reversed: blocks arrive out of position order around a ring
 @pytest.mark.parametrize("blocks", [[(0, 12)], [(0, 5), (5, 12)], [(0, 1), (1, 2), (2, 7), (7, 12)], [(7, 12), (0, 7)]])
 @pytest.mark.parametrize("causal", [False, True])
-def test_blockwise_forward_matches_softmax(blocks, causal):
-    q, k, v, _ = _inputs()
-    pos_q, pos_k = torch.arange(2, 12), torch.arange(12)  # queries are the last 10 positions
+def test_blockwise_forward_matches_softmax(blocks, causal, chunking):
+    q, k, v, _ = _inputs(L=40)
+    pos_q, pos_k = torch.arange(-28, 12), torch.arange(12)  # 40 queries (2+ row chunks) ending at the last key
     allowed = block_mask(pos_q, pos_k, causal=causal, seq_len=11)  # and position 11 is padding
     out, _ = _blockwise(q, k, v, allowed, blocks)
     B, H, L, _ = q.shape
@@ -72,9 +81,9 @@ def test_fully_masked_rows_are_zero_not_nan():
 
 
 @pytest.mark.parametrize("causal", [False, True])
-def test_blockwise_backward_matches_autograd(causal):
-    q, k, v, dout = _inputs()
-    allowed = block_mask(torch.arange(2, 12), torch.arange(12), causal=causal, seq_len=11)
+def test_blockwise_backward_matches_autograd(causal, chunking):
+    q, k, v, dout = _inputs(L=40)
+    allowed = block_mask(torch.arange(-28, 12), torch.arange(12), causal=causal, seq_len=11)
     leaves = [t.clone().requires_grad_() for t in (q, k, v)]
     _plain(*leaves, allowed).backward(dout)
     out, lse = _blockwise(q, k, v, allowed, [(0, 5), (5, 12)])
@@ -91,6 +100,14 @@ def test_blockwise_backward_matches_autograd(causal):
         dv[:, :, a:b] += dv_b
     for got, leaf in zip((dq.reshape(q.shape), dk, dv), leaves, strict=True):
         torch.testing.assert_close(got, leaf.grad, rtol=1e-10, atol=1e-12)
+
+
+def test_row_chunks_cover_the_rows_within_the_budget():
+    q = torch.zeros(2, 2, 3, 100, 4)  # B·Hkv·G = 12 score rows per query row
+    chunks = row_chunks(q, lk=10, budget=12 * 10 * 32)
+    assert chunks[0] == (0, 32) and chunks[-1] == (96, 100)
+    assert [a for a, _ in chunks[1:]] == [b for _, b in chunks[:-1]]  # contiguous, no gap or overlap
+    assert row_chunks(q, lk=10, budget=1) == [(i, min(i + 16, 100)) for i in range(0, 100, 16)]  # 16-row floor
 
 
 def test_low_precision_inputs_accumulate_in_float32():

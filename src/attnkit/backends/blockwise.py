@@ -65,7 +65,16 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..core.biases import ALiBi, RelativePositionBias, ScoreModifier, SumOfModifiers, T5RelativeBias, TensorBias
+from ..core.biases import (
+    ALiBi,
+    CustomBias,
+    RelativePositionBias,
+    ScoreMod,
+    ScoreModifier,
+    SumOfModifiers,
+    T5RelativeBias,
+    TensorBias,
+)
 from ..core.call import AttentionCall
 from ..core.indices import index_grid
 from ..core.masks import CausalMask, Mask, SlidingWindowMask
@@ -121,7 +130,35 @@ def _bias_params(bias: ScoreModifier | None) -> list[torch.Tensor]:
     out = [p for p in bias.parameters() if p.requires_grad]
     mods = bias.parts if isinstance(bias, SumOfModifiers) else [bias]
     out += [m.t for m in mods if isinstance(m, TensorBias) and m.t.requires_grad]
+    for m in mods:
+        if isinstance(m, (CustomBias, ScoreMod)):
+            out += [t for t in _captured_tensors(m.fn) if not any(t is o for o in out)]
     return out
+
+
+def _captured_tensors(fn) -> list[torch.Tensor]:
+    """Trainable tensors a user's bias/score function reads from outside (closure cells, defaults,
+    globals it names, a bound module). The backward recomputes tiles and can only hand gradients to tensors it was given as
+    inputs of the autograd Function, so these must be found here, or their gradients would be lost."""
+    found: list[torch.Tensor] = []
+    cells = [c.cell_contents for c in (getattr(fn, "__closure__", None) or ()) if _has_contents(c)]
+    code, glob = getattr(fn, "__code__", None), getattr(fn, "__globals__", {})
+    named = [glob[n] for n in (code.co_names if code is not None else ()) if n in glob]
+    objs = cells + named + list(getattr(fn, "__defaults__", None) or ()) + [getattr(fn, "__self__", None)]
+    for o in objs:
+        if isinstance(o, torch.Tensor) and o.requires_grad:
+            found.append(o)
+        elif isinstance(o, torch.nn.Module):
+            found += [p for p in o.parameters() if p.requires_grad]
+    return found
+
+
+def _has_contents(cell) -> bool:
+    try:
+        cell.cell_contents
+    except ValueError:  # an empty cell (a variable not yet assigned when fn was made)
+        return False
+    return True
 
 
 def _relative(bias: ScoreModifier) -> bool:

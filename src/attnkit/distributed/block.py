@@ -54,6 +54,17 @@ from __future__ import annotations
 import torch
 
 _NEG_INF = float("-inf")
+# score elements one chunk of query rows may hold (2^23 fp32 = 32 MiB): a block's (Lq, Lk) score
+# matrix is never materialized whole, so a rank's peak memory grows linearly in its shard length
+SCORE_ELEMENTS = 1 << 23
+
+
+def row_chunks(q: torch.Tensor, lk: int, budget: int | None = None) -> list[tuple[int, int]]:
+    """(start, stop) query-row ranges of q (B, Hkv, G, Lq, E) whose (.., rows, lk) scores fit ``budget``."""
+    B, Hkv, G, Lq, _ = q.shape
+    per_row = max(B * Hkv * G * lk, 1)
+    rows = max(16, (budget or SCORE_ELEMENTS) // per_row)
+    return [(i, min(i + rows, Lq)) for i in range(0, Lq, rows)]
 
 
 def accum_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -97,6 +108,19 @@ def _finite_or_zero(x: torch.Tensor) -> torch.Tensor:
 def block_forward(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float, allowed: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Partial attention of a query block over one key/value block, in chunks of query rows
+    (:func:`row_chunks`); shapes and results as :func:`_block_forward_dense`."""
+    chunks = row_chunks(q, k.shape[-2])
+    if len(chunks) == 1:
+        return _block_forward_dense(q, k, v, scale=scale, allowed=allowed)
+    parts = [_block_forward_dense(q[..., a:b, :], k, v, scale=scale, allowed=None if allowed is None else allowed[a:b])
+             for a, b in chunks]
+    return torch.cat([o for o, _ in parts], dim=-2), torch.cat([l for _, l in parts], dim=-1)
+
+
+def _block_forward_dense(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float, allowed: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Partial attention of a query block over one key/value block.
 
     q (B, Hkv, G, Lq, E), k (B, Hkv, Lk, E), v (B, Hkv, Lk, Ev), ``allowed`` (Lq, Lk) or None.
@@ -134,6 +158,33 @@ def merge_partials(
 
 
 def block_backward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    d_out: torch.Tensor,
+    lse: torch.Tensor,
+    delta: torch.Tensor,
+    *,
+    scale: float,
+    allowed: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Gradients of one block pair in chunks of query rows (:func:`row_chunks`): dq per chunk,
+    dk and dv summed over chunks. Shapes and results as :func:`_block_backward_dense`."""
+    chunks = row_chunks(q, k.shape[-2])
+    if len(chunks) == 1:
+        return _block_backward_dense(q, k, v, d_out, lse, delta, scale=scale, allowed=allowed)
+    dqs, dk, dv = [], None, None
+    for a, b in chunks:
+        dq_c, dk_c, dv_c = _block_backward_dense(
+            q[..., a:b, :], k, v, d_out[..., a:b, :], lse[..., a:b], delta[..., a:b],
+            scale=scale, allowed=None if allowed is None else allowed[a:b],
+        )
+        dqs.append(dq_c)
+        dk, dv = (dk_c, dv_c) if dk is None else (dk.add_(dk_c), dv.add_(dv_c))
+    return torch.cat(dqs, dim=-2), dk, dv
+
+
+def _block_backward_dense(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
