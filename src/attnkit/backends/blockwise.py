@@ -54,6 +54,10 @@ generator seeded by ``(seed, tile)``; the seed is drawn from torch's default gen
 dropout :math:`dV_j = \sum_i \tilde P_{ij} dO_i`, :math:`dS_{ij} = P_{ij}(Z_{ij} dP_{ij}/(1-p) - D_i)`,
 where :math:`\tilde P = P Z / (1-p)` and still :math:`D_i = dO_i \cdot O_i`.
 
+This file holds the forward, the backward and the entry point; the call's plan and per-tile
+evaluation are in :mod:`.tile_plan`, the discovery of bias tensors that need gradients in
+:mod:`.tile_params`, and the optional dense-weights pass in :mod:`.tile_weights`.
+
 Shape legend: B batch, H query heads, Hkv key/value heads (GQA: query head h reads kv head
 h // (H / Hkv)), L queries, S keys, E query/key dim, Ev value dim; l, s: one tile's query and key
 counts.
@@ -61,220 +65,16 @@ counts.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import torch
 
-from ..core.biases import (
-    ALiBi,
-    CustomBias,
-    RelativePositionBias,
-    ScoreMod,
-    ScoreModifier,
-    SumOfModifiers,
-    T5RelativeBias,
-    TensorBias,
-)
 from ..core.call import AttentionCall
-from ..core.indices import index_grid
-from ..core.masks import CausalMask, Mask, SlidingWindowMask
 from ..core.output import BackendResult, materialized
-from ..core.scores import Score
-from .tiling import EMPTY, FULL, UNKNOWN, default_tiles, set_tile_sizes, tile_map
+from .tile_params import _bias_params
+from .tile_plan import _INF, LN2, LOG2E, _Plan, _q_tile, _Tiles, _tile_mask, _tile_order
+from .tile_weights import _weights
+from .tiling import EMPTY, default_tiles, set_tile_sizes, tile_map
 
 __all__ = ["blockwise_attention", "run", "supports", "set_tile_sizes"]
-
-LOG2E = 1.4426950408889634
-LN2 = 0.6931471805599453
-_INF = float("inf")
-
-
-@dataclass
-class _Plan:
-    """What the forward and backward share: shapes, tiles, and how to compute one score tile."""
-
-    B: int
-    H: int
-    Hkv: int
-    L: int
-    S: int
-    block_q: int
-    block_kv: int
-    codes: torch.Tensor  # (nq, nk) int8 tile codes
-    scale: float
-    score: Score | None  # None: q', k' are already in dot form
-    bias: ScoreModifier | None
-    mask: Mask | None
-    dropout_p: float
-    seed: int
-    work: torch.dtype  # dtype of softmax statistics and accumulators
-    n_params: int
-    qscale: float | None = None  # dot path: scale·log2 e applied to each query tile (no scaled copy of q)
-    kept: list[list[int]] = field(default_factory=list)  # non-empty key blocks per query block
-    code_rows: list[list[int]] = field(default_factory=list)  # codes as Python ints (no tensor indexing per tile)
-
-    @property
-    def groups(self) -> int:
-        return self.H // self.Hkv
-
-    @property
-    def general(self) -> bool:
-        """Tiles need the score module or a non-additive modifier, not a plain q' k'ᵀ."""
-        return self.score is not None or (self.bias is not None and not self.bias.additive)
-
-
-def _bias_params(bias: ScoreModifier | None) -> list[torch.Tensor]:
-    """Tensors of a bias that may want gradients: module parameters and dense tensor biases."""
-    if bias is None:
-        return []
-    out = [p for p in bias.parameters() if p.requires_grad]
-    mods = bias.parts if isinstance(bias, SumOfModifiers) else [bias]
-    out += [m.t for m in mods if isinstance(m, TensorBias) and m.t.requires_grad]
-    for m in mods:
-        if isinstance(m, (CustomBias, ScoreMod)):
-            out += [t for t in _captured_tensors(m.fn) if not any(t is o for o in out)]
-    return out
-
-
-def _captured_tensors(fn) -> list[torch.Tensor]:
-    """Trainable tensors a user's bias/score function reads from outside (closure cells, defaults,
-    globals it names, a bound module). The backward recomputes tiles and can only hand gradients to tensors it was given as
-    inputs of the autograd Function, so these must be found here, or their gradients would be lost."""
-    found: list[torch.Tensor] = []
-    cells = [c.cell_contents for c in (getattr(fn, "__closure__", None) or ()) if _has_contents(c)]
-    code, glob = getattr(fn, "__code__", None), getattr(fn, "__globals__", {})
-    named = [glob[n] for n in (code.co_names if code is not None else ()) if n in glob]
-    objs = cells + named + list(getattr(fn, "__defaults__", None) or ()) + [getattr(fn, "__self__", None)]
-    for o in objs:
-        if isinstance(o, torch.Tensor) and o.requires_grad:
-            found.append(o)
-        elif isinstance(o, torch.nn.Module):
-            found += [p for p in o.parameters() if p.requires_grad]
-    return found
-
-
-def _has_contents(cell) -> bool:
-    try:
-        cell.cell_contents
-    except ValueError:  # an empty cell (a variable not yet assigned when fn was made)
-        return False
-    return True
-
-
-def _relative(bias: ScoreModifier) -> bool:
-    """Biases that are a function of (head, key position − query position) only."""
-    if isinstance(bias, SumOfModifiers):
-        return all(_relative(p) for p in bias.parts)
-    return type(bias) in (ALiBi, T5RelativeBias, RelativePositionBias)
-
-
-class _Tiles:
-    """Per-call helpers that evaluate masks, biases and scores on one tile."""
-
-    def __init__(self, plan: _Plan):
-        self.p = plan
-        L, S = plan.L, plan.S
-        self.mask_fn = plan.mask.predicate(L, S) if plan.mask is not None else None
-        self.bias_fn = plan.bias.bias_fn(L, S) if plan.bias is not None and plan.bias.additive else None
-        self.mod_fn = plan.bias.score_mod(L, S) if plan.bias is not None and not plan.bias.additive else None
-        self.toeplitz = self.bias_fn is not None and not plan.general and _relative(plan.bias)
-        self.shift_invariant = type(plan.mask) in (CausalMask, SlidingWindowMask)
-        self.mask_cache: dict[tuple[int, int, int], torch.Tensor] = {}
-
-    def grid(self, obj_dims, q0, q1, k0, k1, device):
-        p = self.p
-        nb = p.B if "b" in obj_dims else 1
-        nh = p.H if "h" in obj_dims else 1
-        return index_grid((q0, q1), (k0, k1), batch=nb, heads=nh, device=device)
-
-    def allowed(self, q0, q1, k0, k1, device) -> torch.Tensor:
-        # causal and window masks depend only on key − query: partial tiles repeat along diagonals
-        key = (k0 - q0, q1 - q0, k1 - k0) if self.shift_invariant else None
-        if key is not None and key in self.mask_cache:
-            return self.mask_cache[key]
-        g = self.grid(self.p.mask.dims, q0, q1, k0, k1, device)
-        out = torch.as_tensor(self.mask_fn(g.b, g.h, g.q, g.kv), device=device)
-        if key is not None:
-            if len(self.mask_cache) > 64:
-                self.mask_cache.clear()
-            self.mask_cache[key] = out
-        return out
-
-    def bias(self, q0, q1, k0, k1, device) -> torch.Tensor:
-        g = self.grid(self.p.bias.dims, q0, q1, k0, k1, device)
-        return torch.as_tensor(self.bias_fn(g.b, g.h, g.q, g.kv), device=device)
-
-    def scores_nat(self, qt, kt, q0, q1, k0, k1) -> torch.Tensor:
-        """Natural-unit scores (B, H, l, s) of the general path, differentiable (autograd)."""
-        p = self.p
-        B, H, l, s = p.B, p.H, q1 - q0, k1 - k0
-        if p.score is not None:
-            kx = kt.repeat_interleave(p.groups, dim=1) if p.groups > 1 else kt  # (B, H, s, E)
-            sc = p.score(qt.reshape(B, H, l, -1), kx) * p.scale
-        else:
-            sc = (qt @ kt.transpose(-1, -2)).view(B, H, l, s) * p.scale
-        sc = sc.to(p.work)
-        if self.bias_fn is not None:
-            sc = sc + self.bias(q0, q1, k0, k1, sc.device).to(p.work)
-        elif self.mod_fn is not None:
-            g = self.grid(p.bias.dims, q0, q1, k0, k1, sc.device)
-            sc = self.mod_fn(sc, g.b, g.h, g.q, g.kv)
-        return sc
-
-    def scores2(self, qt, kt, q0, q1, k0, k1, bias2=None) -> torch.Tensor:
-        """Base-2 scores (B, H, l, s) in the work dtype; for the dot path q' is pre-scaled by scale·log2 e.
-        ``bias2``: this tile's additive bias already in base 2 (reused across a diagonal)."""
-        p = self.p
-        if p.general:
-            return self.scores_nat(qt, kt, q0, q1, k0, k1) * LOG2E
-        s2 = (qt @ kt.transpose(-1, -2)).view(p.B, p.H, q1 - q0, k1 - k0)  # (B, H, l, s)
-        if s2.dtype != p.work:
-            s2 = s2.to(p.work)
-        if bias2 is not None:
-            s2 = s2.add_(bias2)
-        elif self.bias_fn is not None:
-            s2 = s2.add_(self.bias(q0, q1, k0, k1, s2.device).to(p.work), alpha=LOG2E)
-        return s2
-
-    def keep(self, qi, ki, shape, device) -> torch.Tensor:
-        """Dropout keep-mask (B, H, l, s) for tile (qi, ki), the same in forward and backward."""
-        nk = self.p.codes.shape[1]
-        gen = torch.Generator(device=device)
-        gen.manual_seed((self.p.seed * 1_000_003 + qi * nk + ki) % (2**63 - 1))
-        return torch.rand(shape, generator=gen, device=device) >= self.p.dropout_p
-
-
-def _q_tile(qx: torch.Tensor, plan: _Plan, q0: int, q1: int) -> torch.Tensor:
-    """Query tile as (B, Hkv, g·l, E): the g query heads sharing a kv head stacked along rows, so one
-    GEMM against the kv head serves them all without repeating k."""
-    B, Hkv, g = plan.B, plan.Hkv, plan.groups
-    t = qx[:, :, q0:q1]  # (B, H, l, E)
-    if plan.qscale is not None:
-        t = t * plan.qscale  # a tile-sized copy; scaling all of q would hold a second (B, H, L, E)
-    if g == 1:
-        return t
-    return t.reshape(B, Hkv, g * (q1 - q0), qx.shape[-1])
-
-
-def _tile_mask(tiles: _Tiles, code: int, q0, q1, k0, k1, device):
-    """(skip, allowed-or-None) for one tile; UNKNOWN tiles are evaluated and classified here."""
-    if code == FULL:
-        return False, None
-    allowed = tiles.allowed(q0, q1, k0, k1, device)
-    if code == UNKNOWN:
-        if not bool(allowed.any()):
-            return True, None
-        if bool(allowed.all()):
-            return False, None
-    return False, allowed
-
-
-def _tile_order(plan: _Plan, diagonal: bool) -> list[tuple[int, int]]:
-    """Non-empty tiles, row by row, or grouped by key-minus-query offset for a reusable bias tile."""
-    pairs = [(qi, ki) for qi, ks in enumerate(plan.kept) for ki in ks]
-    if diagonal:
-        pairs.sort(key=lambda t: (t[1] * plan.block_kv - t[0] * plan.block_q, t[0]))
-    return pairs
 
 
 def _forward(plan: _Plan, qx, kx, v):
@@ -502,37 +302,6 @@ def blockwise_attention(
         weights = _weights(plan, qx, kx, lse).to(q.dtype)
         mats.append(materialized("weights", weights))
     return BackendResult(out, weights, lse, int(torch.isneginf(lse).sum()), mats)
-
-
-def _weights(plan: _Plan, qx, kx, lse) -> torch.Tensor:
-    """Second pass: weights (B, H, L, S) = exp(s - lse) per tile, differentiable through s and the
-    Function's lse output. Costs the (L, S) memory the caller asked for."""
-    tiles = _Tiles(plan)
-    B, H, L, S = plan.B, plan.H, plan.L, plan.S
-    bq, bk = plan.block_q, plan.block_kv
-    lse_safe = torch.where(torch.isneginf(lse), 0.0, lse).unsqueeze(-1)
-    rows = []
-    for qi in range(plan.codes.shape[0]):
-        q0, q1 = qi * bq, min((qi + 1) * bq, L)
-        qt = _q_tile(qx, plan, q0, q1)
-        row = []
-        for ki in range(plan.codes.shape[1]):
-            k0, k1 = ki * bk, min((ki + 1) * bk, S)
-            code = plan.code_rows[qi][ki]
-            skip, allowed = (code == EMPTY, None) if code == EMPTY else (
-                _tile_mask(tiles, code, q0, q1, k0, k1, qx.device) if plan.mask is not None else (False, None)
-            )
-            if skip:
-                row.append(torch.zeros(B, H, q1 - q0, k1 - k0, dtype=plan.work, device=qx.device))
-                continue
-            s_nat = tiles.scores2(qt, kx[:, :, k0:k1], q0, q1, k0, k1).to(plan.work) * LN2 if not plan.general else tiles.scores_nat(
-                qt, kx[:, :, k0:k1], q0, q1, k0, k1
-            )
-            if allowed is not None:
-                s_nat = s_nat.masked_fill(~allowed, -_INF)
-            row.append(torch.exp(s_nat - lse_safe[:, :, q0:q1]))
-        rows.append(torch.cat(row, dim=-1))
-    return torch.cat(rows, dim=2)
 
 
 def run(call: AttentionCall) -> BackendResult:

@@ -12,6 +12,9 @@ with bottom-right causal alignment (one new query sees every cached key). Positi
 continue per sequence from the cache; with GQA/MQA the cache holds ``kv_heads`` heads, H/Hkv times
 smaller than MHA's.
 
+Mask/padding/position handling lives in :mod:`.mha_inputs`, weight conversion to and from
+``torch.nn.MultiheadAttention`` in :mod:`.torch_interop`.
+
 Shape legend (batch_first): query (B, L, D), key (B, S, Dk), value (B, S, Dv), out (B, L, D);
 weights (B, L, S) averaged over heads or (B, H, L, S) per head.
 """
@@ -29,6 +32,8 @@ from ..core.call import attention
 from ..core.checks import require_ndim, require_positive_int, require_probability, require_tensor
 from ..core.output import AttentionOutput
 from ..core.scores import Score, as_score
+from .mha_inputs import _apply_positions, _check_rotary, _new_token_validity, combine_masks
+from .torch_interop import mha_from_torch, mha_to_torch
 
 
 class MultiHeadAttention(nn.Module):
@@ -284,134 +289,11 @@ class MultiHeadAttention(nn.Module):
     @classmethod
     def from_torch(cls, mha: nn.MultiheadAttention, **kwargs) -> "MultiHeadAttention":
         """Copy the weights of a ``torch.nn.MultiheadAttention`` (same outputs, fp32 ≤ 1e-5)."""
-        if not isinstance(mha, nn.MultiheadAttention):
-            raise TypeError(f"from_torch needs a torch.nn.MultiheadAttention, got {type(mha).__name__}")
-        if mha.bias_k is not None or mha.add_zero_attn:
-            raise ValueError("from_torch: add_bias_kv and add_zero_attn have no attnkit equivalent; build without them")
-        w = mha.in_proj_weight
-        ref = w if w is not None else mha.q_proj_weight
-        new = cls(
-            mha.embed_dim, mha.num_heads, kdim=mha.kdim, vdim=mha.vdim, bias=mha.in_proj_bias is not None,
-            dropout=mha.dropout, batch_first=mha.batch_first, device=ref.device, dtype=ref.dtype, **kwargs,
-        )
-        E = mha.embed_dim
-        with torch.no_grad():
-            if w is not None:
-                ws = w.split(E, dim=0)
-            else:
-                ws = (mha.q_proj_weight, mha.k_proj_weight, mha.v_proj_weight)
-            for lin, wt in zip((new.q_proj, new.k_proj, new.v_proj), ws):
-                lin.weight.copy_(wt)
-            if mha.in_proj_bias is not None:
-                for lin, bt in zip((new.q_proj, new.k_proj, new.v_proj), mha.in_proj_bias.split(E)):
-                    lin.bias.copy_(bt)
-            new.out_proj.weight.copy_(mha.out_proj.weight)
-            if mha.out_proj.bias is not None:
-                new.out_proj.bias.copy_(mha.out_proj.bias)
-        return new
+        return mha_from_torch(cls, mha, **kwargs)
 
     def to_torch(self) -> nn.MultiheadAttention:
         """A ``torch.nn.MultiheadAttention`` with the same weights (needs kv_heads == num_heads and the scaled-dot score)."""
-        if self.kv_heads != self.num_heads:
-            raise ValueError(f"to_torch: torch's module has no GQA; kv_heads={self.kv_heads} must equal num_heads={self.num_heads}")
-        if self.score.name != "scaled_dot":
-            raise ValueError(f"to_torch: torch's module computes only scaled dot scores, this one uses {self.score.name!r}")
-        has_bias = self.q_proj.bias is not None
-        w = self.q_proj.weight
-        mha = nn.MultiheadAttention(
-            self.embed_dim, self.num_heads, dropout=self.dropout, bias=has_bias, kdim=self.kdim, vdim=self.vdim,
-            batch_first=self.batch_first, device=w.device, dtype=w.dtype,
-        )
-        with torch.no_grad():
-            if mha._qkv_same_embed_dim:
-                mha.in_proj_weight.copy_(torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight]))
-            else:
-                mha.q_proj_weight.copy_(self.q_proj.weight)
-                mha.k_proj_weight.copy_(self.k_proj.weight)
-                mha.v_proj_weight.copy_(self.v_proj.weight)
-            if has_bias:
-                mha.in_proj_bias.copy_(torch.cat([self.q_proj.bias, self.k_proj.bias, self.v_proj.bias]))
-                mha.out_proj.bias.copy_(self.out_proj.bias)
-            mha.out_proj.weight.copy_(self.out_proj.weight)
-        return mha
+        return mha_to_torch(self)
 
     def extra_repr(self) -> str:
         return f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, kv_heads={self.kv_heads}, score={self.score.name!r}, backend={self.backend!r}"
-
-
-def _new_token_validity(key_padding_mask, attention_mask, B: int, L: int, device) -> torch.Tensor | None:
-    """(B, L) bool, True = real token, from torch's or Hugging Face's padding convention; None if all real."""
-    valid = None
-    for name, m, flip in (("key_padding_mask", key_padding_mask, True), ("attention_mask", attention_mask, False)):
-        if m is None:
-            continue
-        if not isinstance(m, torch.Tensor) or m.shape != (B, L):
-            raise ValueError(
-                f"with a cache, {name} covers the new tokens only and must be (B, L)=({B}, {L}), got "
-                f"{tuple(getattr(m, 'shape', ())) or type(m).__name__}; the cache remembers the padding of earlier tokens"
-            )
-        mm = (M.from_key_padding_mask(m) if flip else M.from_attention_mask(m)).valid.to(device)
-        valid = mm if valid is None else valid & mm
-    if valid is not None and bool(valid.all()):
-        return None
-    return valid
-
-
-def _check_rotary(rotary, head_dim: int):
-    if rotary is None:
-        return None
-    from .rotary import RotaryEmbedding
-
-    if not isinstance(rotary, RotaryEmbedding):
-        raise TypeError(f"rotary must be an attnkit RotaryEmbedding or None, got {type(rotary).__name__}")
-    if rotary.head_dim != head_dim:
-        raise ValueError(f"rotary was built for head_dim={rotary.head_dim} but this module has head_dim={head_dim}; build RotaryEmbedding({head_dim})")
-    return rotary
-
-
-def _apply_positions(q, k, bias, positions, rotary, self_attention: bool):
-    """No cache: rotate q/k and evaluate biases at ``positions`` (queries; keys too in self-attention)."""
-    B, _, L, _ = q.shape
-    S = k.shape[2]
-    if positions is None:
-        q_pos = torch.arange(L, device=q.device)[None]
-    else:
-        if not isinstance(positions, torch.Tensor) or positions.is_floating_point() or positions.dim() not in (1, 2) or positions.shape[-1] != L:
-            raise ValueError(f"positions must be an integer tensor (L,)=({L},) or (B, L)=({B}, {L}), got {getattr(positions, 'shape', type(positions).__name__)}")
-        q_pos = positions.long().to(q.device)
-        q_pos = q_pos[None] if q_pos.dim() == 1 else q_pos
-    if self_attention and S == L:
-        k_pos = q_pos
-    elif positions is not None:
-        raise ValueError("positions= without a cache applies to self-attention only (key=None); for cross-attention the keys have their own positions")
-    else:
-        k_pos = torch.arange(S, device=q.device)[None]
-    if rotary is not None:
-        if not self_attention:
-            raise ValueError("rotary embedding is for self-attention (key=None); cross-attention keys have no shared positions")
-        q, k = rotary(q, q_pos), rotary(k, k_pos)
-    if bias is not None and positions is not None:
-        from ..core.biases import as_modifier
-        from .cache import PositionedBias
-
-        bias = PositionedBias(as_modifier(bias), q_pos, k_pos)
-    return q, k, bias
-
-
-def combine_masks(mask=None, key_padding_mask=None, attention_mask=None, causal: bool = False) -> M.Mask | None:
-    """AND of every mask given, each converted to the True = may-attend polarity."""
-    parts = []
-    if mask is not None:
-        parts.append(M.as_mask(mask))
-    if key_padding_mask is not None:
-        parts.append(M.from_key_padding_mask(key_padding_mask))
-    if attention_mask is not None:
-        parts.append(M.from_attention_mask(attention_mask))
-    if causal:
-        parts.append(M.causal("bottom_right"))
-    if not parts:
-        return None
-    out = parts[0]
-    for p in parts[1:]:
-        out = out & p
-    return out
