@@ -11,10 +11,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from .committed import committed
 from .html import esc, png_img, table
-
-# benchmarks/results/attention.json of a source checkout (absent in a wheel install: then skipped)
-_COMMITTED = Path(__file__).resolve().parents[3] / "benchmarks" / "results" / "attention.json"
 
 
 def _quick_rows(result: dict) -> list[list[object]]:
@@ -67,8 +65,9 @@ def bench_section(out: Path) -> str:
     png = out / "bench" / "attention_quick.png"
     if png.exists():
         html += png_img(png, "quick benchmark")
-    if _COMMITTED.exists():
-        committed = json.loads(_COMMITTED.read_text())
+    full = committed("attention.json")
+    if full is not None:
+        committed_result = json.loads(full.read_text())
         html += "<h3>The full comparison (committed <code>benchmarks/results/attention.json</code>, <code>attnkit bench</code>)</h3>"
-        html += _headline(committed.get("summary", {}))
+        html += _headline(committed_result.get("summary", {}))
     return html

@@ -22,29 +22,22 @@ Section = tuple[str, Callable[[Path], str]]
 
 
 def default_sections() -> list[Section]:
+    """Every section, cheapest first. A section whose optional extra (matplotlib, transformers and
+    the MiniLM package) is missing shows its ImportError in the page; the rest is still written."""
     from .backends_section import attention_map_section, backends_section
-
-    sections: list[Section] = [
-        ("Backends and dispatch", lambda out: backends_section()),
-        ("A small attention map", lambda out: attention_map_section()),
-    ]
-    sections += _optional_sections()
-    return sections
-
-
-def _optional_sections() -> list[Section]:
-    """Sections that need optional extras (matplotlib, transformers + the MiniLM package); a missing
-    extra skips the section with a note instead of failing the report."""
     from .bench_section import bench_section
     from .decoding_section import decoding_section
+    from .ring_section import ring_section
     from .viz_section import viz_section
 
-    found: list[Section] = [
+    return [
+        ("Backends and dispatch", lambda out: backends_section()),
+        ("A small attention map", lambda out: attention_map_section()),
         ("Backend benchmark (quick)", bench_section),
         ("Decoding with a KV cache", decoding_section),
+        ("Ring attention across processes (torchrun, gloo)", ring_section),
+        ("Attention in a real pretrained model (all-MiniLM-L6-v2)", viz_section),
     ]
-    found.append(("Attention in a real pretrained model (all-MiniLM-L6-v2)", viz_section))
-    return found
 
 
 def build_report(out_dir: str | Path, sections: list[Section] | None = None, *, log=print) -> Path:

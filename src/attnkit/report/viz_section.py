@@ -23,6 +23,9 @@ def viz_section(out: Path) -> str:
         "Attention weights say where the softmax put its mass, not why the model answered as it did; the "
         "importance column is measured by ablating each head.</p>"
     )
+    # the viewer page itself, inside the report (it is self-contained, so the frame works offline)
+    html += ('<iframe src="viz/attention.html" title="attention viewer" loading="lazy" '
+             'style="width:100%;height:760px;border:1px solid #ccc"></iframe>')
     html += png_img(files["heads_grid"], "layer × head grid")
     if res.get("focus"):
         f = res["focus"]

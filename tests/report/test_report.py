@@ -1,0 +1,75 @@
+"""``attnkit report``: the page is written even when a section fails, user text is escaped, the
+CLI drives it, and the sections that start processes or load the real model produce their parts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from attnkit.cli import main
+from attnkit.report import build as build_mod
+from attnkit.report.bench_section import _memory_ratio
+from attnkit.report.build import build_report
+
+
+def _broken(out: Path) -> str:
+    raise RuntimeError("<b>boom</b>")
+
+
+def test_a_failing_section_is_shown_and_the_rest_is_written(tmp_path):
+    sections = [("first", lambda out: "<p>one</p>"), ("broken <x>", _broken), ("last", lambda out: "<p>three</p>")]
+    logs = []
+    path = build_report(tmp_path, sections, log=logs.append)
+    page = path.read_text(encoding="utf-8")
+    assert "<p>one</p>" in page and "<p>three</p>" in page
+    assert "This section failed: RuntimeError: &lt;b&gt;boom&lt;/b&gt;" in page  # escaped, not rendered
+    assert "<b>boom</b>" not in page and "broken &lt;x&gt;" in page
+    assert any("FAILED (RuntimeError" in line for line in logs)
+    assert logs[-1] == f"wrote {path}"
+
+
+def test_cli_report_writes_index_with_the_default_sections(tmp_path, monkeypatch):
+    fast = [s for s in build_mod.default_sections() if s[0] in ("Backends and dispatch", "A small attention map")]
+    assert len(fast) == 2
+    monkeypatch.setattr(build_mod, "default_sections", lambda: fast)
+    assert main(["report", "--out", str(tmp_path)]) == 0
+    page = (tmp_path / "index.html").read_text(encoding="utf-8")
+    assert "Registered backends" in page and "<svg" in page and "blockwise" in page
+
+
+def test_cli_backends_lists_every_backend(capsys):
+    assert main(["backends"]) == 0
+    names = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
+    assert {"reference", "sdpa", "blockwise", "linear"} <= set(names)
+
+
+def test_cli_rejects_an_unknown_suite():
+    with pytest.raises(SystemExit):
+        main(["bench", "--suite", "nope"])
+
+
+@pytest.mark.parametrize("ratio, text", [(0.029, "1/34"), (0.5, "1/2"), (3.6, "3.6×"), (1.0, "1.0×")])
+def test_memory_ratio_reads_both_ways(ratio, text):
+    assert _memory_ratio(ratio) == text
+
+
+def test_ring_section_runs_torchrun_and_matches_sdpa(tmp_path):
+    from attnkit.report import ring_section as rs
+
+    result = rs._torchrun(2, tmp_path / "w2.json")
+    assert result["world_size"] == 2 and result["backend"] == "gloo" and result["causal"]
+    assert result["max_abs_out_diff"] < 1e-5 and result["max_abs_dq_diff"] < 1e-5
+    assert json.loads((tmp_path / "w2.json").read_text()) == result
+
+
+def test_viz_section_embeds_the_viewer_and_the_focus_table(tmp_path):
+    pytest.importorskip("transformers")
+    pytest.importorskip("matplotlib")
+    from attnkit.report.viz_section import viz_section
+
+    html = viz_section(tmp_path)
+    assert '<iframe src="viz/attention.html"' in html
+    assert (tmp_path / "viz" / "attention.html").exists()
+    assert "Where it (position 10) attends" in html and "head 11: animal" in html
