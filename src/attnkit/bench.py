@@ -346,6 +346,30 @@ def summarize(rows: list[dict]) -> dict:
     return s
 
 
+def auto_choices(rows: list[dict]) -> dict:
+    """How well ``auto`` chose: per configuration, the forced-backend time of the backend it chose
+    over the fastest exact backend measured (reference, sdpa, blockwise). Uses the forced rows, not
+    the auto row's own time, so process-to-process noise between runs does not blur the choice."""
+    groups: dict = {}
+    for r in rows:
+        if "median_ms" in r:
+            groups.setdefault((r["n"], r["dtype"], r["mask"], r["bias"], r["mode"]), {})[r["backend"]] = r
+    out = []
+    for (n, dtype, mask, bias, mode), m in sorted(groups.items()):
+        exact = {b: m[b]["median_ms"] for b in ("reference", "sdpa", "blockwise") if b in m}
+        chosen = m.get("auto", {}).get("chosen")
+        if chosen in exact:
+            best = min(exact, key=exact.get)
+            out.append({"n": n, "dtype": dtype, "mask": mask, "bias": bias, "chosen": chosen, "fastest": best,
+                        "chosen_over_fastest": exact[chosen] / exact[best]})
+    return {
+        "configs": len(out),
+        "chose_fastest": sum(c["chosen"] == c["fastest"] for c in out),
+        "within_1_10": sum(c["chosen_over_fastest"] <= 1.10 for c in out),
+        "misses": [c for c in out if c["chosen"] != c["fastest"]],
+    }
+
+
 def run_bench(quick: bool = False, out_dir: str | os.PathLike = "benchmarks/results", *, suite: str | None = None,
               timeout: float = 900.0, log=print) -> dict:
     """Run a suite (``quick`` → the ≤ 60 s smoke suite, else ``suite`` or ``"must"``); write
@@ -382,47 +406,19 @@ def run_bench(quick: bool = False, out_dir: str | os.PathLike = "benchmarks/resu
         "wall_s": time.perf_counter() - t_start,
         "rows": rows,
         "summary": summarize(rows),
+        "auto_choices": auto_choices(rows),
     }
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     stem = "attention" if suite == "must" else f"attention_{suite}"
     (out / f"{stem}.json").write_text(json.dumps(result, indent=1, default=str))
     try:
+        from .bench_plot import plot
+
         plot(result, out / f"{stem}.png")
     except ImportError:  # matplotlib is the viz extra
         log("matplotlib not installed: no plot written")
     return result
-
-
-def plot(result: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rows = [r for r in result["rows"] if "median_ms" in r]
-    fig, axes = plt.subplots(1, 2, figsize=(13, 5))
-    groups: dict[str, dict[str, dict]] = {}
-    for r in rows:
-        key = f"{r['mask']}/{r['bias']}\n{r['dtype'][:4]} n={r['n']}" + (" f+b" if r["mode"] == "fwdbwd" else "")
-        groups.setdefault(key, {})[r["backend"]] = r
-    keys = list(groups)
-    bes = [b for b in BACKENDS if any(b in g for g in groups.values())]
-    w = 0.8 / max(len(bes), 1)
-    for j, be in enumerate(bes):
-        xs = [i + j * w for i, k in enumerate(keys) if be in groups[k]]
-        axes[0].bar(xs, [groups[k][be]["median_ms"] for k in keys if be in groups[k]], w, label=be)
-        axes[1].bar(xs, [max(groups[k][be]["peak_mib"], 0.1) for k in keys if be in groups[k]], w, label=be)
-    for ax, title in zip(axes, ("median time (ms, log)", "peak memory above inputs (MiB, log, fresh process)")):
-        ax.set_yscale("log")
-        ax.set_title(title)
-        ax.set_xticks([i + 0.4 - w / 2 for i in range(len(keys))], keys, rotation=90, fontsize=6)
-        ax.legend(fontsize=7)
-    fig.suptitle(f"attnkit attention backends, suite={result['suite']}, B=1 H=8 E=64, torch {result['machine']['torch']}, "
-                 f"{result['machine']['cpus']} CPUs")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def main(argv: list[str] | None = None) -> int:

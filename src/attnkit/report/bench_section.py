@@ -70,4 +70,26 @@ def bench_section(out: Path) -> str:
         committed_result = json.loads(full.read_text())
         html += "<h3>The full comparison (committed <code>benchmarks/results/attention.json</code>, <code>attnkit bench</code>)</h3>"
         html += _headline(committed_result.get("summary", {}))
+    sweep = committed("attention_full.json")
+    if sweep is not None:
+        html += _sweep(json.loads(sweep.read_text()))
     return html
+
+
+def _sweep(result: dict) -> str:
+    """The whole sweep (n × dtype × mask × bias) as the grid PNG, and how often auto chose well."""
+    from ..bench import auto_choices
+
+    a = result.get("auto_choices") or auto_choices(result["rows"])
+    html = (f"<h3>The whole sweep (committed <code>attention_full.json</code>: "
+            f"{sum('median_ms' in r for r in result['rows'])} measurements, "
+            f"{sum('skipped' in r for r in result['rows'])} skipped with their reason, {result['wall_s'] / 60:.0f} min)</h3>"
+            f"<p><code>auto</code> chose the backend that measured fastest in {a['chose_fastest']} of {a['configs']} "
+            f"configurations, and one within 1.10× of it in {a['within_1_10']}.")
+    if a["misses"]:
+        html += " Misses: " + esc("; ".join(
+            f"n={m['n']} {m['dtype']} {m['mask']}/{m['bias']}: chose {m['chosen']}, {m['chosen_over_fastest']:.2f}× the fastest ({m['fastest']})"
+            for m in a["misses"])) + "."
+    html += "</p>"
+    png = committed("attention_full.png")
+    return html + (png_img(png, "full sweep") if png else "")
