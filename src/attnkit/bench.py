@@ -8,9 +8,9 @@ it builds its inputs, records the resident-set high-water mark (``ru_maxrss``), 
 ``F.scaled_dot_product_attention`` given the dense bool mask / float bias they would have to build,
 with the build inside the timed region (``is_causal=True`` for causal, nothing for no mask).
 
-Suites: ``quick`` (≤ 60 s, used by ``attnkit report --quick``), ``must`` (the issue's headline
-comparisons, ~15–30 min on 2 cores), ``full`` (the whole sweep n ∈ {1k, 4k, 16k} × masks × biases
-× fp32/bf16 × backends; hours on 2 cores; configurations whose dense tensors cannot fit are
+Suites: ``quick`` (≤ 60 s, used by ``attnkit report``), ``must`` (the issue's headline
+comparisons, ~7 min on 2 cores), ``full`` (the whole sweep n ∈ {1k, 4k, 16k} × masks × biases
+× fp32/bf16 × backends; ~50 min on 2 cores; configurations whose dense tensors cannot fit are
 skipped with the reason recorded).
 
 Shape: B = 1, H = 8, E = Ev = 64, L = S = n.

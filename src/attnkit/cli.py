@@ -20,7 +20,7 @@ def _parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="benchmark the backends")
     b.add_argument("--quick", action="store_true", help="small sweep (about 30 s); same as --suite quick")
     b.add_argument("--suite", choices=("quick", "must", "full"), default=None,
-                   help="quick (~30 s), must (the headline comparisons, ~30 min; the default), full (the whole sweep, hours)")
+                   help="quick (~30 s), must (the headline comparisons, ~7 min; the default), full (the whole sweep, ~50 min)")
     b.add_argument("--out", default="benchmarks/results", help="where JSON and PNG go")
     v = sub.add_parser("viz", help="attention maps of all-MiniLM-L6-v2 for a sentence")
     v.add_argument("text")
