@@ -59,3 +59,23 @@ def test_captured_tensors_get_the_reference_gradient(case):
         grads[be] = [t.grad.clone() for t in leaves]
     for ref, got in zip(grads["reference"], grads["blockwise"], strict=True):
         torch.testing.assert_close(got, ref, rtol=1e-10, atol=1e-12)
+
+
+def test_parameters_the_bias_never_touches_get_no_gradient():
+    """A bias that is a bound method of a bigger module: only the parameters it reads get a
+    gradient; the rest stay None (as with autograd), not zeros."""
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.slope = torch.nn.Parameter(torch.tensor([0.1, 0.2], dtype=torch.float64))
+            self.unused = torch.nn.Linear(4, 4).double()
+
+        def bias(self, b, h, q_idx, kv_idx):
+            return -self.slope[h] * (q_idx - kv_idx).abs().to(torch.float64)
+
+    blk = Block()
+    q, k, v = (torch.randn(1, 2, 40, 8, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    attnkit.attention(q, k, v, bias=biases.CustomBias(blk.bias), backend="blockwise").out.sum().backward()
+    assert blk.slope.grad is not None and blk.slope.grad.abs().sum() > 0
+    assert blk.unused.weight.grad is None and blk.unused.bias.grad is None

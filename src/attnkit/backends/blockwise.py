@@ -144,7 +144,9 @@ def _backward(plan: _Plan, qx, kx, v, out, lse2, dout, dlse, params, need):
     dq = torch.zeros(qx.shape, dtype=w, device=v.device)  # (B, H, L, E)
     dk = torch.zeros(kx.shape, dtype=w, device=v.device)  # (B, Hkv, S, E)
     dv = torch.zeros(v.shape, dtype=w, device=v.device)  # (B, Hkv, S, Ev)
-    dparams = [torch.zeros_like(p) for p in params]
+    # None until a tile produces a gradient: a parameter the bias never touches (e.g. the rest of a
+    # module whose bound method is the bias) gets None, as autograd would give it, not zeros
+    dparams: list[torch.Tensor | None] = [None] * len(params)
     # D_i = dO_i · O_i; a gradient on lse enters as -dlse (dS = P (dP - D + dlse))
     D = (dout.to(w) * out.to(w)).sum(-1, keepdim=True)  # (B, H, L, 1)
     if dlse is not None:
@@ -207,7 +209,7 @@ def _backward(plan: _Plan, qx, kx, v, out, lse2, dout, dlse, params, need):
                 for i in range(len(pl) if grads else 0):
                     gp = next(it)
                     if gp is not None:
-                        dparams[i] += gp
+                        dparams[i] = gp if dparams[i] is None else dparams[i] + gp
                 if plan.general:
                     continue
             ds_g = ds.view(B, Hkv, -1, k1 - k0)  # (B, Hkv, g·l, s)
@@ -246,7 +248,7 @@ class _BlockwiseFunction(torch.autograd.Function):
             dq.to(qx.dtype) if need[0] else None,
             dk.to(kx.dtype) if need[1] else None,
             dv.to(v.dtype) if need[2] else None,
-            *[g.to(p.dtype) for g, p in zip(dparams, params)],
+            *[None if g is None else g.to(p.dtype) for g, p in zip(dparams, params)],
         )
 
 
