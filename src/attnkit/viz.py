@@ -82,6 +82,17 @@ def focus_report(attentions, tokens: list[str], index: int, *, top: int = 3) -> 
     return out
 
 
+FOCUS_COLUMNS = ("layer", "top keys (mean over heads)", "top content keys", "[CLS]/[SEP] mass", "strongest head on a content key")
+
+
+def focus_cells(entry: dict, digits: int = 3, missing: str = "-") -> list[str]:
+    """One :func:`focus_report` layer entry as the text cells of :data:`FOCUS_COLUMNS`."""
+    pairs = lambda items: ", ".join(f"{t} {w:.{digits}f}" for t, _, w in items)  # noqa: E731
+    sh = entry["strongest_head"]
+    head = f"head {sh['head']}: {sh['token']} {sh['weight']:.{digits}f}" if sh else missing
+    return [str(entry["layer"]), pairs(entry["top"]), pairs(entry["top_content"]), f"{entry['special_mass']:.{digits}f}", head]
+
+
 def run_viz(
     text: str = DEFAULT_TEXT,
     out_dir: str | Path = "attnkit-viz",
@@ -166,15 +177,9 @@ def run_viz(
     md.append(_markdown_table(rows))
     if focus_info:
         md.append(f"\n## Where {focus_info['token']!r} (position {fi}) attends\n")
-        md.append("| layer | top keys (mean over heads) | top content keys | [CLS]/[SEP] mass | strongest head on a content key |")
-        md.append("|---|---|---|---|---|")
-        for e in focus_info["layers"]:
-            sh = e["strongest_head"]
-            md.append(
-                f"| {e['layer']} | " + ", ".join(f"{t} {w:.3f}" for t, _, w in e["top"]) + " | "
-                + ", ".join(f"{t} {w:.3f}" for t, _, w in e["top_content"]) + f" | {e['special_mass']:.3f} | "
-                + (f"head {sh['head']}: {sh['token']} {sh['weight']:.3f}" if sh else "-") + " |"
-            )
+        md.append("| " + " | ".join(FOCUS_COLUMNS) + " |")
+        md.append("|" + "|".join("---" for _ in FOCUS_COLUMNS) + "|")
+        md += ["| " + " | ".join(focus_cells(e)) + " |" for e in focus_info["layers"]]
     files["diagnostics_md"] = out / "diagnostics.md"
     files["diagnostics_md"].write_text("\n".join(md) + "\n", encoding="utf-8")
     files["diagnostics_json"] = out / "diagnostics.json"

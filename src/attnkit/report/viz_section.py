@@ -8,7 +8,7 @@ from .html import esc, png_img, table
 
 
 def viz_section(out: Path) -> str:
-    from ..viz import DEFAULT_TEXT, run_viz
+    from ..viz import DEFAULT_TEXT, FOCUS_COLUMNS, focus_cells, run_viz
 
     res = run_viz(DEFAULT_TEXT, out / "viz")
     files = res["files"]
@@ -29,14 +29,9 @@ def viz_section(out: Path) -> str:
     html += png_img(files["heads_grid"], "layer × head grid")
     if res.get("focus"):
         f = res["focus"]
-        rows = []
-        for e in f["layers"]:
-            sh = e["strongest_head"]
-            rows.append([e["layer"], ", ".join(f"{t} {w:.2f}" for t, _, w in e["top"]),
-                         ", ".join(f"{t} {w:.2f}" for t, _, w in e["top_content"]),
-                         f"{e['special_mass']:.2f}", f"head {sh['head']}: {sh['token']} {sh['weight']:.2f}" if sh else "–"])
+        rows = [focus_cells(e, digits=2, missing="–") for e in f["layers"]]
         html += f"<h3>Where {esc(f['token'])!s} (position {f['position']}) attends, layer by layer</h3>"
-        html += table(["layer", "top keys (mean over heads)", "top content keys", "[CLS]/[SEP] mass", "strongest head on a content key"], rows)
+        html += table(FOCUS_COLUMNS, rows)
         html += png_img(files["focus"], "focus token")
     html += png_img(files["diagnostics_png"], "per-head diagnostics")
     ranked = sorted(res["heads"], key=lambda r: -r.get("importance", 0.0))[:8]
