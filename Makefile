@@ -9,6 +9,7 @@ TORCH ?= torch==2.13.0
 .PHONY: report test bench clean
 
 report: $(REPORT_VENV)/.installed
+	-bash .ci/install-data.sh
 	$(REPORT_VENV)/bin/attnkit report --out $(OUT)
 
 test: $(TEST_VENV)/.installed
@@ -21,14 +22,14 @@ $(REPORT_VENV)/.installed: pyproject.toml
 	$(PY) -m venv $(REPORT_VENV)
 	$(REPORT_VENV)/bin/pip install -q --upgrade pip
 	$(REPORT_VENV)/bin/pip install -q $(TORCH)
-	$(REPORT_VENV)/bin/pip install -q -e '.[viz,hf]'
+	$(REPORT_VENV)/bin/pip install -q -e '.[viz,hf,exp]'
 	touch $@
 
 $(TEST_VENV)/.installed: pyproject.toml
 	$(PY) -m venv $(TEST_VENV)
 	$(TEST_VENV)/bin/pip install -q --upgrade pip
 	$(TEST_VENV)/bin/pip install -q $(TORCH)
-	$(TEST_VENV)/bin/pip install -q -e '.[viz,hf,dev]'
+	$(TEST_VENV)/bin/pip install -q -e '.[viz,hf,exp,dev]'
 	touch $@
 
 clean:
