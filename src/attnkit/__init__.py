@@ -10,6 +10,7 @@
 from .core import biases, masks, scores
 from .core.call import AttentionCall, attention
 from .core.dispatch import get_memory_budget, set_memory_budget
+from .core.options import options
 from .core.output import AttentionOutput, BackendResult, Report
 from .core.registry import available as available_backends
 from .core.registry import register
@@ -47,6 +48,7 @@ __all__ = [
     "integrations",
     "linear_attention",
     "models",
+    "options",
     "set_tile_sizes",
     "get_memory_budget",
     "masks",

@@ -21,7 +21,8 @@ import torch
 
 from . import hooks
 from .biases import ScoreModifier, as_modifier
-from .checks import require_floating, require_ndim, require_positive_scale, require_probability, require_tensor
+from .checks import require_bool, require_dense_rank, require_finite_scale, require_floating, require_ndim, require_probability, require_tensor
+from .custom_checks import check_custom_functions
 from .masks import Mask, as_mask
 from .output import AttentionOutput, Report
 from .scores import Score, as_score
@@ -90,12 +91,17 @@ def make_call(
         raise ValueError(f"q and k must have the same batch size B, got q B={B} and k B={Bk}")
     if Ek != E:
         raise ValueError(f"q and k must have the same head dim E, got q E={E} and k E={Ek}; project them to one size")
+    if E == 0:
+        raise ValueError(f"head dim E must be positive, got q of shape {tuple(q.shape)} with E=0; the default scale 1/sqrt(E) is undefined")
+    if Hkv == 0 or H == 0:
+        raise ValueError(f"q heads H and k/v heads Hkv must be positive, got H={H} and Hkv={Hkv}; every query head reads kv head h // (H / Hkv)")
     if H % Hkv != 0:
         raise ValueError(f"q heads H must be a multiple of k/v heads Hkv for GQA/MQA, got H={H} and Hkv={Hkv}; use Hkv dividing H")
     if min(L, S) == 0:
         raise ValueError(f"L and S must be positive, got L={L}, S={S}")
     sc = as_score(score)
     sc.check_head_dim(E)
+    require_dense_rank("mask", mask)
     m = as_mask(mask)
     if m is not None:
         bs = m.batch_size
@@ -103,20 +109,23 @@ def make_call(
             raise ValueError(f"mask was built for batch size {bs} but q has B={B}; build the mask for this batch")
         _check_dense_shape("mask", m, L, S, B, H)
         m.predicate(L, S)  # building it checks per-sequence data against L, S before any backend runs
+    for part in bias if isinstance(bias, (list, tuple)) else (bias,):
+        require_dense_rank("bias", part)
     bm = as_modifier(bias)
     if bm is not None:
         if bm.num_heads is not None and bm.num_heads != H:
             raise ValueError(f"bias was built for num_heads={bm.num_heads} but q has H={H}; build it with num_heads={H}")
         _check_dense_shape("bias", bm, L, S, B, H)
         bm.score_mod(L, S)  # likewise: a dense bias built for another (L, S) fails here, not in a backend
-    s = require_positive_scale(scale)
+    check_custom_functions(m, bm, B, H, L, S, q.device)
+    s = require_finite_scale(scale)
     if memory_budget is not None and (isinstance(memory_budget, bool) or not isinstance(memory_budget, int) or memory_budget <= 0):
         raise ValueError(f"memory_budget must be a positive int of bytes or None (no cap), got {memory_budget!r}")
     return AttentionCall(
         q, k, v, sc, m, bm,
         s if s is not None else sc.default_scale(E),
         require_probability("dropout_p", dropout_p),
-        bool(return_weights),
+        require_bool("return_weights", return_weights),
         memory_budget,
     )
 
@@ -149,9 +158,13 @@ def attention(
     * ``score``: None (scaled dot), ``"dot"``, ``"cosine"`` or a :class:`~attnkit.core.scores.Score`.
     * ``mask``: a :class:`~attnkit.core.masks.Mask`, a bool tensor (True = may attend) or a predicate.
     * ``bias``: a score modifier (ALiBi, T5, Shaw, custom), a float tensor, or a list of them.
-    * ``scale``: multiplies the score; default 1/sqrt(E) for scaled dot, 1 otherwise.
+    * ``scale``: multiplies the score; default 1/sqrt(E) for scaled dot, 1 otherwise. Any finite
+      real number, as in SDPA: 0 gives uniform attention over the allowed keys, negatives invert it.
     * ``backend``: ``"auto"`` or a registered name; ``report`` says which ran and why.
     * ``return_weights``: also return the (B, H, L, S) weights (rows of fully masked queries are 0).
+    * ``memory_budget``: bytes of extra memory ``auto`` may plan for (default: ``attnkit.options``).
+
+    B = 0 returns empty tensors without running a backend; on the ``meta`` device only shapes flow.
     """
     call = make_call(
         q, k, v, score=score, mask=mask, bias=bias, scale=scale, dropout_p=dropout_p,
@@ -162,10 +175,59 @@ def attention(
     from .dispatch import choose
 
     chosen, report = choose(call, backend)
-    res = chosen.run(call)
-    report.materialized = res.materialized
-    report.fully_masked_rows = res.fully_masked_rows
-    result = AttentionOutput(res.out, res.weights, res.lse, report)
-    if hooks.has_observers():  # observers (attnkit.inspect.capture) see the finished call; output unchanged
-        hooks.notify(call, result)
+    if q.shape[0] == 0:  # B = 0: nothing to compute; the chosen backend is still the one that would run
+        report.reason += "; B=0, empty result (backend not run)"
+        report.fully_masked_rows = 0
+        result = _empty_output(call, report)
+    else:
+        res = chosen.run(call)
+        report.materialized = res.materialized
+        report.fully_masked_rows = _count(res.fully_masked_rows)
+        result = AttentionOutput(res.out, res.weights, res.lse, report)
+    if hooks._OBSERVERS:  # a plain list test: free, and traceable by torch.compile
+        if torch.compiler.is_compiling():
+            if _observed_here():  # another thread's capture must not break this thread's graph
+                _notify_eagerly(call, result)  # observers are Python code: outside the graph
+        elif hooks.has_observers():  # observers (attnkit.inspect.capture) see the finished call; output unchanged
+            hooks.notify(call, result)
     return result
+
+
+@torch._dynamo.assume_constant_result
+def _observed_here() -> bool:
+    # read while tracing (Dynamo cannot trace a ContextVar); the list length it guards on changes
+    # whenever a capture opens or closes, which retraces
+    return bool(hooks._ACTIVE.get())
+
+
+@torch.compiler.disable(
+    reason="attnkit.inspect.capture (an attention observer) is active: it records each call in Python, outside "
+    "the graph, so a fullgraph=True / torch.export trace cannot include it; compile without fullgraph, or capture an uncompiled run"
+)
+def _notify_eagerly(call: AttentionCall, result: AttentionOutput) -> None:
+    if hooks.has_observers():
+        hooks.notify(call, result)
+
+
+def _count(n: object) -> int | torch.Tensor | None:
+    """A backend's fully-masked-row count as an int; a 0-d tensor stays one under ``torch.compile``
+    (reading it would break the graph), and a ``meta`` tensor has no value to read (None)."""
+    if not isinstance(n, torch.Tensor):
+        return n
+    if n.device.type == "meta":
+        return None
+    return n if torch.compiler.is_compiling() else int(n)
+
+
+def _empty_output(call: AttentionCall, report: Report) -> AttentionOutput:
+    """The result of a B = 0 call: out (0, H, L, Ev), weights (0, H, L, S) when asked, lse (0, H, L).
+
+    The zero-sized outputs still hang off q, k and v in autograd, so ``backward()`` through them
+    works (and gives zero-sized gradients) as it would for any other batch."""
+    q, k, v = call.q, call.k, call.v
+    _, H, L, _ = q.shape
+    anchor = (q.sum() + k.sum() + v.sum()) * 0  # 0-d, in the graph of q, k, v
+    out = q.new_zeros((0, H, L, v.shape[-1])) + anchor
+    weights = q.new_zeros((0, H, L, call.S)) + anchor if call.return_weights else None
+    lse = q.new_zeros((0, H, L), dtype=torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype)
+    return AttentionOutput(out, weights, lse, report)

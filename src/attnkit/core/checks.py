@@ -7,6 +7,7 @@ and the fix, because a user staring at a shape error deep inside a matmul learns
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Any
 
 import torch
@@ -29,14 +30,38 @@ def require_floating(name: str, x: torch.Tensor) -> None:
         raise TypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype}; cast it with {name}.float()")
 
 
-def require_positive_scale(scale: Any) -> float | None:
+def require_finite_scale(scale: Any) -> float | None:
+    """A real finite number (zero and negative scales allowed, as in SDPA), or None for the default."""
     if scale is None:
         return None
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
-        raise TypeError(f"scale must be a positive float or None, got {type(scale).__name__}")
-    if not math.isfinite(scale) or scale <= 0:
-        raise ValueError(f"scale must be a positive finite float (e.g. 1/sqrt(E)), got {scale}")
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
+        raise TypeError(f"scale must be a finite real number or None (default 1/sqrt(E)), got {type(scale).__name__} ({scale!r})")
+    if not math.isfinite(scale):
+        raise ValueError(f"scale must be finite, got {scale}; pass None for the default 1/sqrt(E)")
     return float(scale)
+
+
+def require_bool(name: str, x: Any) -> bool:
+    if not isinstance(x, bool):
+        raise TypeError(f"{name} must be True or False, got {type(x).__name__} ({x!r}); a string like 'no' would read as True")
+    return x
+
+
+def require_dense_rank(name: str, t: Any) -> None:
+    """Dense masks and biases are 2-D (L, S) or 4-D (B|1, H|1, L, S). Other ranks are refused: a 3-D
+    tensor reads two ways ((B, L, S) or (H, L, S); a (B, 1, S) padding mask with B == H was once
+    silently taken as per-head), and the error names the converters that say what is meant."""
+    if not isinstance(t, torch.Tensor) or t.dim() in (2, 4):
+        return
+    why = (
+        "a 3-D tensor is ambiguous (is the first axis B or H?): add the axes explicitly, t[:, None] for (B, L, S) "
+        "or t[None] for (H, L, S)" if t.dim() == 3 else "reshape it to (L, S) or (B|1, H|1, L, S)"
+    )
+    raise ValueError(
+        f"{name} tensor must have 2 dims (L, S) or 4 dims (B|1, H|1, L, S), got shape {tuple(t.shape)}; {why}; for "
+        "per-sequence key padding use attnkit.masks.padding_mask(lengths, S), attnkit.masks.from_attention_mask(am) "
+        "(Hugging Face (B, S), 1 = keep) or attnkit.masks.from_key_padding_mask(kpm) (torch (B, S), True = ignore)"
+    )
 
 
 def require_probability(name: str, p: Any) -> float:

@@ -7,20 +7,26 @@ fits the budget (``set_memory_budget`` or ``memory_budget=`` per call) and picks
 backend must be estimated at least ``MARGIN`` faster than a more preferred one to displace it, so
 model error never trades SDPA's fused kernel for a near-tie. If nothing fits, the backend with the
 smallest estimated memory runs and the report says so. Without estimates, the most preferred by
-priority wins (sdpa before blockwise before reference).
+priority wins (sdpa before blockwise before reference) — also while ``torch.compile`` /
+``torch.export`` trace the call and on ``meta`` tensors, where the cost model's tile maps (tensors
+built from the mask's data) cannot be read.
+
+A forced backend always runs; when its estimate exceeds the memory budget the report says so.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import torch
+
+from . import options as _options
 from . import registry
 from .output import Report
 
 if TYPE_CHECKING:
     from .call import AttentionCall
 
-_MEMORY_BUDGET: list[int | None] = [None]
 MARGIN = 1.10  # a less preferred backend must be estimated this many times faster to be chosen
 
 
@@ -31,12 +37,20 @@ def _check_budget(name: str, nbytes: object) -> int | None:
 
 
 def set_memory_budget(nbytes: int | None) -> None:
-    """Global cap (bytes) on the extra memory ``auto`` may plan for; None removes it."""
-    _MEMORY_BUDGET[0] = _check_budget("memory budget", nbytes)
+    """Process-wide default cap (bytes) on the extra memory ``auto`` may plan for; None removes it.
+
+    ``with attnkit.options(memory_budget=...)`` overrides it for one thread / context only."""
+    _options.set_defaults(memory_budget=_check_budget("memory budget", nbytes))
 
 
 def get_memory_budget() -> int | None:
-    return _MEMORY_BUDGET[0]
+    """The memory budget in effect here (a context's ``options(memory_budget=...)`` over the default)."""
+    return _options.current().memory_budget
+
+
+def _values_readable(call: "AttentionCall") -> bool:
+    """Can the cost model read the call's mask data (not while tracing, not on meta)?"""
+    return not torch.compiler.is_compiling() and call.q.device.type != "meta"
 
 
 def _fmt(e: dict[str, float]) -> str:
@@ -56,7 +70,14 @@ def choose(call: "AttentionCall", backend: str) -> tuple[registry.Backend, Repor
         why = "forced by backend=" + repr(backend)
         if not b.exact:
             why += "; approximate: not exact softmax attention"
-        return b, Report(b.name, why, exact=b.exact)
+        budget = call.memory_budget if call.memory_budget is not None else get_memory_budget()
+        estimates = {}
+        if budget is not None and b.estimate is not None and _values_readable(call):
+            estimates[b.name] = e = b.estimate(call)
+            if e["bytes"] > budget:
+                # a forced backend runs anyway (the user asked for it), but must not hide that it overshoots
+                why += f"; over memory budget {_mib(budget)}: estimated {_fmt(e)} (the budget only steers backend='auto')"
+        return b, Report(b.name, why, exact=b.exact, estimates=estimates)
 
     rejected: dict[str, str] = {}
     candidates: list[registry.Backend] = []
@@ -74,6 +95,14 @@ def choose(call: "AttentionCall", backend: str) -> tuple[registry.Backend, Repor
 
     budget = call.memory_budget if call.memory_budget is not None else get_memory_budget()
     _check_budget("memory_budget", budget)
+    if not _values_readable(call):
+        # the cost model reads mask tile maps as tensors: data-dependent floats a traced graph cannot
+        # branch on, and no data at all on meta; take the most preferred backend instead
+        where = "torch.compile / torch.export trace" if torch.compiler.is_compiling() else "meta tensors"
+        best = candidates[0]
+        for b in candidates[1:]:
+            rejected[b.name] = f"supported, but {best.name} is preferred (no cost model under {where})"
+        return best, Report(best.name, f"most preferred backend that supports the call ({where}: no cost model)", rejected=rejected, exact=best.exact)
     estimates = {b.name: b.estimate(call) for b in candidates if b.estimate is not None}
     if len(estimates) == len(candidates) and len(candidates) > 1:
         fitting = [b for b in candidates if budget is None or estimates[b.name]["bytes"] <= budget]

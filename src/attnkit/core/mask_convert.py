@@ -6,6 +6,11 @@ a library whose polarity differs: :func:`from_attention_mask` (Hugging Face, 0/1
 and :func:`from_key_padding_mask` (``torch.nn.MultiheadAttention``, bool with True = ignore).
 Everything here is re-exported by :mod:`attnkit.core.masks` (``attnkit.masks.padding_mask(...)``).
 
+Checks of tensor *values* (lengths in range, a 0/1 attention mask) run in eager mode; on ``meta``
+tensors and while ``torch.compile`` / ``torch.export`` trace they are skipped
+(:func:`~attnkit.core.masks.values_readable`), since there is no value to read or a branch on one
+would break the graph.
+
 Shape legend: B batch, H heads, L queries, S keys.
 """
 
@@ -14,7 +19,7 @@ from __future__ import annotations
 import torch
 
 from .checks import require_choice
-from .masks import Mask
+from .masks import Mask, values_readable
 from .tiles import TileState
 
 
@@ -38,6 +43,8 @@ class KeyPaddingMask(Mask):
         return lambda b, h, q, kv: self.valid.to(kv.device)[b, kv]
 
     def _tile(self, q0, q1, k0, k1, L, S):
+        if not values_readable(self.valid):
+            return None
         cols = self.valid[:, k0:k1]
         if bool(cols.all()):
             return TileState.FULL
@@ -54,7 +61,7 @@ def padding_mask(lengths: torch.Tensor | list[int], max_len: int, *, side: str =
     lengths = torch.as_tensor(lengths)
     if lengths.dim() != 1 or lengths.dtype.is_floating_point:
         raise ValueError(f"lengths must be a 1-D integer tensor (B,), got {lengths.dtype} shape {tuple(lengths.shape)}")
-    if bool((lengths < 0).any()) or bool((lengths > max_len).any()):
+    if values_readable(lengths) and (bool((lengths < 0).any()) or bool((lengths > max_len).any())):
         raise ValueError(f"lengths must lie in [0, max_len={max_len}], got {lengths.tolist()}")
     require_choice("side", side, ("left", "right"))
     pos = torch.arange(max_len, device=lengths.device)
@@ -66,7 +73,7 @@ def from_attention_mask(attention_mask: torch.Tensor) -> Mask:
     """Hugging Face convention: (B, S) with 1 = real token, 0 = padding."""
     if not isinstance(attention_mask, torch.Tensor) or attention_mask.dim() != 2:
         raise ValueError(f"attention_mask must be a (B, S) tensor of 0/1, got {tuple(getattr(attention_mask, 'shape', ()))}")
-    if attention_mask.dtype != torch.bool and not bool(((attention_mask == 0) | (attention_mask == 1)).all()):
+    if attention_mask.dtype != torch.bool and values_readable(attention_mask) and not bool(((attention_mask == 0) | (attention_mask == 1)).all()):
         raise ValueError("attention_mask must hold only 0 and 1 (1 = real token); for additive float masks pass bias=")
     return KeyPaddingMask(attention_mask.bool())
 

@@ -18,9 +18,9 @@ from typing import Iterable
 
 import torch
 
-from .checks import require_choice
+from .checks import require_choice, require_dense_rank
 from .indices import alignment_offset
-from .masks import ALIGNS, Mask, Predicate
+from .masks import ALIGNS, Mask, Predicate, values_readable
 from .tiles import TileState
 
 
@@ -121,6 +121,8 @@ class KeyPrefixMask(Mask):
 
     def _tile(self, q0, q1, k0, k1, L, S):
         if isinstance(self.prefix, torch.Tensor):
+            if not values_readable(self.prefix):
+                return None
             lo, hi = int(self.prefix.min()), int(self.prefix.max())
         else:
             lo = hi = self.prefix
@@ -174,6 +176,8 @@ class DocumentMask(Mask):
         return fn
 
     def _tile(self, q0, q1, k0, k1, L, S):
+        if not values_readable(self.q_ids, self.kv_ids):
+            return None
         qi, ki = self.q_ids[:, q0:q1], self.kv_ids[:, k0:k1]
         # documents are usually contiguous runs: disjoint id ranges prove the tile empty
         if qi.shape[0] == ki.shape[0] == 1:
@@ -188,7 +192,7 @@ class DocumentMask(Mask):
 
 
 class TensorMask(Mask):
-    """A user-supplied dense bool tensor broadcastable to (B, H, L, S); True = may attend."""
+    """A user-supplied dense bool tensor, (L, S) or (B|1, H|1, L, S); True = may attend."""
 
     def __init__(self, t: torch.Tensor):
         if not isinstance(t, torch.Tensor) or t.dtype != torch.bool:
@@ -197,8 +201,7 @@ class TensorMask(Mask):
                 f"mask tensor must be bool with True = may attend, got {dt}; for a 0/1 Hugging Face mask use "
                 "attnkit.masks.from_attention_mask, for an additive float mask pass it as bias="
             )
-        if t.dim() > 4 or t.dim() < 2:
-            raise ValueError(f"mask tensor must have 2 to 4 dims broadcastable to (B, H, L, S), got shape {tuple(t.shape)}")
+        require_dense_rank("mask", t)
         self.t = t.reshape((1,) * (4 - t.dim()) + tuple(t.shape))
         self.dims = frozenset(d for d, n in zip("bh", self.t.shape[:2]) if n > 1)
 

@@ -63,6 +63,14 @@ class Mask:
     def __or__(self, other: "Mask") -> "Mask":
         return OrMask(self, _as_mask(other, "other"))
 
+    # reflected forms, so ``bool_tensor & mask`` works too: torch.Tensor.__and__ returns
+    # NotImplemented for a non-tensor operand, and Python then asks the mask
+    def __rand__(self, other: "Mask") -> "Mask":
+        return AndMask(_as_mask(other, "other"), self)
+
+    def __ror__(self, other: "Mask") -> "Mask":
+        return OrMask(_as_mask(other, "other"), self)
+
     def __invert__(self) -> "Mask":
         return NotMask(self)
 
@@ -118,6 +126,8 @@ class Mask:
         if state is not None:
             return state
         tile = self.evaluate(q_range, kv_range, L, S, batch=batch, heads=heads, device=device)
+        if not values_readable(tile):
+            return TileState.PARTIAL  # evaluate it: always correct, and needs no value here
         if bool(tile.all()):
             return TileState.FULL
         if not bool(tile.any()):
@@ -126,6 +136,13 @@ class Mask:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
+
+
+def values_readable(*ts: torch.Tensor) -> bool:
+    """Can Python branch on these tensors' values? Not on ``meta`` (there are none), nor while
+    ``torch.compile`` / ``torch.export`` trace (a branch would break or specialize the graph).
+    Analytic shortcuts and value checks that need values are skipped then; the safe path runs."""
+    return not torch.compiler.is_compiling() and all(t.device.type != "meta" for t in ts)
 
 
 def _as_mask(m: object, name: str) -> Mask:

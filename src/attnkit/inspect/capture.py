@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Iterator
@@ -295,6 +296,10 @@ def capture(
 ) -> Iterator[Recorder]:
     """Record every :func:`attnkit.attention` call made inside the ``with`` block.
 
+    Only calls of the context that opened the capture are recorded (this thread, or this asyncio
+    task): other threads running the same model at the same time are not, nor threads started
+    inside the block.
+
     ``with capture(model, layers=[0, 5], heads=[3]) as rec: model(**batch)`` — then
     ``rec.attentions`` (weights per layer), ``rec.summaries``, ``rec.records`` (with reports).
 
@@ -358,13 +363,17 @@ def capture(
         rec.records.append(cc)
 
     handles = []
-    tokens: dict[int, list] = {}
+    # module hooks fire in every thread that runs the model; only the capturing context pushes
+    # scopes, and each thread pops its own tokens (a token resets only in the context that made it)
+    tokens: dict[tuple[int, int], list] = {}
+    observer: list = []
 
     def pre(mod, args):
-        tokens.setdefault(id(mod), []).append(hooks.push_scope(mod))
+        if observer and hooks.is_active(observer[0]):
+            tokens.setdefault((id(mod), threading.get_ident()), []).append(hooks.push_scope(mod))
 
     def post(mod, args, output):
-        stack = tokens.get(id(mod))
+        stack = tokens.get((id(mod), threading.get_ident()))
         if stack:
             hooks.pop_scope(stack.pop())
 
@@ -372,7 +381,8 @@ def capture(
         for _, m in modules:
             handles.append(m.register_forward_pre_hook(pre))
             handles.append(m.register_forward_hook(post, always_call=True))
-        handles.append(hooks.add_observer(observe))
+        observer.append(hooks.add_observer(observe))
+        handles.append(observer[0])
         yield rec
     finally:
         for h in reversed(handles):

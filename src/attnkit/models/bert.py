@@ -210,7 +210,7 @@ class BertModel(nn.Module):
         hidden = [x] if output_hidden_states else None
         attns = [] if output_attentions else None
         for i, layer in enumerate(self.layers):
-            x, w = layer(x, mask, None if hm is None else hm[i], need_weights=output_attentions)
+            x, w = layer(x, mask, None if hm is None else hm[i], need_weights=bool(output_attentions))  # HF passes None for "not asked"
             if hidden is not None:
                 hidden.append(x)
             if attns is not None:

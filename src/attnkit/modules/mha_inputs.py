@@ -76,7 +76,10 @@ def _apply_positions(q, k, bias, positions, rotary, self_attention: bool):
     if rotary is not None:
         if not self_attention:
             raise ValueError("rotary embedding is for self-attention (key=None); cross-attention keys have no shared positions")
-        q, k = rotary(q, q_pos), rotary(k, k_pos)
+        if positions is None:  # 0..L-1 and 0..S-1: table slices, no value checks in a traced graph
+            q, k = rotary(q), rotary(k)
+        else:
+            q, k = rotary(q, q_pos), rotary(k, k_pos)
     if bias is not None and positions is not None:
         from ..core.biases import as_modifier
         from .cache import PositionedBias

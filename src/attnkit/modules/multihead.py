@@ -29,7 +29,7 @@ from torch import nn
 from ..core import masks as M
 from ..core import registry as _registry
 from ..core.call import attention
-from ..core.checks import require_ndim, require_positive_int, require_probability, require_tensor
+from ..core.checks import require_bool, require_ndim, require_positive_int, require_probability, require_tensor
 from ..core.output import AttentionOutput
 from ..core.scores import Score, as_score
 from .mha_inputs import _apply_positions, _check_rotary, _new_token_validity, combine_masks
@@ -148,6 +148,8 @@ class MultiHeadAttention(nn.Module):
         rotary=None,
     ) -> tuple[torch.Tensor, AttentionOutput]:
         """Like :meth:`forward` but returns the full :class:`AttentionOutput` (report, lse, per-head weights)."""
+        require_bool("need_weights", need_weights)  # a string like "no" would read as True
+        require_bool("causal", causal)
         rotary = self.rotary if rotary is None else _check_rotary(rotary, self.head_dim)
         if cache is not None:
             return self._attend_cached(

@@ -75,7 +75,9 @@ class RotaryEmbedding(nn.Module):
         if positions.dim() not in (1, 2) or positions.shape[-1] != L or (positions.dim() == 2 and B is not None and positions.shape[0] not in (1, B)):
             want = f"(L,)=({L},) or (B, L)=({B}, {L})" if B is not None else f"(L,)=({L},) or (B, {L})"
             raise ValueError(f"positions must have shape {want}, got {tuple(positions.shape)}")
-        if positions.numel():
+        # values are checked in eager mode only: a traced graph (torch.compile / torch.export) cannot
+        # branch on them, and meta tensors have none; out-of-table indices still fail in the lookup
+        if positions.numel() and positions.device.type != "meta" and not torch.compiler.is_compiling():
             lo, hi = (int(t) for t in torch.aminmax(positions))
             if lo < 0:
                 raise ValueError(f"positions must be >= 0, got a minimum of {lo}")
@@ -86,10 +88,23 @@ class RotaryEmbedding(nn.Module):
                 )
         return positions.long()
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """x (B, H, L, E) rotated at ``positions`` (L,) or (B, L); same shape and dtype."""
+    def forward(self, x: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """x (B, H, L, E) rotated at ``positions`` (L,) or (B, L); same shape and dtype.
+
+        ``positions=None`` means 0..L-1: a slice of the tables, checked from shapes alone (so
+        ``torch.export`` / ``torch.compile`` and the meta device see no data-dependent check)."""
         self._check_x("x", x)
+        if positions is None:
+            return self._rotate(x, *self._first_angles(x))
         return self._rotate(x, *self._angles(x, positions))
+
+    def _first_angles(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        L = x.shape[2]
+        if L > self.max_positions:
+            raise ValueError(f"{L} positions exceed the rotary table (max_positions={self.max_positions}); build RotaryEmbedding with max_positions >= {L}")
+        cos = self.cos[:L].to(device=x.device, dtype=x.dtype)  # (L, E/2)
+        sin = self.sin[:L].to(device=x.device, dtype=x.dtype)
+        return cos, sin
 
     def rotate_qk(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Rotate q (B, H, L, E) and k (B, Hkv, L, E) at the same positions (one lookup, one check)."""

@@ -8,7 +8,6 @@ one broken plot.
 from __future__ import annotations
 
 import platform
-import sys
 import time
 import traceback
 from pathlib import Path
@@ -16,19 +15,23 @@ from typing import Callable
 
 import torch
 
+from .experiments_section import DEFAULT_RUNS, experiment_sections
 from .html import esc, page
 
-Section = tuple[str, Callable[[Path], str]]
+# (title, fn(out) -> html); fn may instead return an object with .title and .html (an experiment's
+# Section) whose title then replaces the planned one
+Section = tuple[str, Callable[[Path], object]]
 
 
-def default_sections() -> list[Section]:
-    """Every section, cheapest first. A section whose optional extra (matplotlib, transformers and
-    the MiniLM package) is missing shows its ImportError in the page; the rest is still written."""
+def default_sections(runs: str | Path = DEFAULT_RUNS, run_missing: bool = False) -> list[Section]:
+    """Every section, cheapest first, then one per registered experiment (from its latest results
+    under ``runs``, see :mod:`.experiments_section`). A section whose optional extra (matplotlib,
+    transformers and the MiniLM package) is missing shows its ImportError in the page; the rest is
+    still written."""
     from .backends_section import attention_map_section, backends_section
     from .bench_section import bench_section
     from .decoding_section import decoding_section
     from .ring_section import ring_section
-    from .viz_section import viz_section
 
     return [
         ("Backends and dispatch", lambda out: backends_section()),
@@ -36,20 +39,28 @@ def default_sections() -> list[Section]:
         ("Backend benchmark (quick)", bench_section),
         ("Decoding with a KV cache", decoding_section),
         ("Ring attention across processes (torchrun, gloo)", ring_section),
-        ("Attention in a real pretrained model (all-MiniLM-L6-v2)", viz_section),
+        *experiment_sections(runs, run_missing=run_missing),
     ]
 
 
-def build_report(out_dir: str | Path, sections: list[Section] | None = None, *, log=print) -> Path:
+def build_report(out_dir: str | Path, sections: list[Section] | None = None, *, log=print,
+                 runs: str | Path | None = None, run_missing: bool = False) -> Path:
+    """Write ``out_dir/index.html``; ``runs`` is where experiment results are read (default ``runs/``);
+    ``run_missing`` runs the quick configuration of experiments that have none there."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     rendered = []
-    secs = default_sections() if sections is None else sections
+    if sections is not None:
+        secs = sections
+    else:
+        secs = default_sections() if runs is None and not run_missing else default_sections(runs or DEFAULT_RUNS, run_missing)
     for i, (title, fn) in enumerate(secs, 1):
         log(f"[{i}/{len(secs)}] {title} ...")
         t0 = time.perf_counter()
         try:
             body = fn(out)
+            if hasattr(body, "html") and hasattr(body, "title"):
+                title, body = body.title, body.html
             status = f"done in {time.perf_counter() - t0:.1f} s"
         except Exception as e:  # keep the other sections: show the failure in the page
             body = f'<p class="fail">This section failed: {esc(type(e).__name__)}: {esc(e)}</p><pre>{esc(traceback.format_exc())}</pre>'
@@ -64,12 +75,3 @@ def build_report(out_dir: str | Path, sections: list[Section] | None = None, *, 
     path.write_text(page("attnkit report", rendered, intro=intro), encoding="utf-8")
     log(f"wrote {path}")
     return path
-
-
-def main_report(out_dir: str) -> int:
-    build_report(out_dir)
-    return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main_report(sys.argv[1] if len(sys.argv) > 1 else "report"))

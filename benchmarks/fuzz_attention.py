@@ -1,0 +1,146 @@
+"""Differential fuzz of ``attnkit.attention`` against an independent float64 oracle.
+
+    python benchmarks/fuzz_attention.py --cases 10000 --seed 0 --out benchmarks/results/fuzz.json
+
+Each case (``tests/fuzz/_fuzz_cases.py``: shapes with 1 and tile edges, L ≠ S both ways, B ≥ 1,
+GQA/MQA, every mask kind and &, |, ~ of them, every bias, five scores, fp32/bf16/fp16 with logits up
+to a few hundred, hostile NaN/±inf/1e38 in masked keys) runs forward and backward on every exact
+backend and ``auto``, and out, dq, dk, dv are compared with ``tests/fuzz/_float64_oracle.py`` under
+flash-attention's 2×-the-reference rule (``tests/fuzz/_fuzz_judge.py``). The JSON holds counts per
+backend × dtype × mask × bias (passed / declined / failed), failure classes, each failure's params
+(its repro: ``run_case(params)``), and a summary. The file is rewritten every ``--chunk`` cases;
+rerunning with the same ``--out`` and ``--seed`` resumes where it stopped.
+
+Shape legend: q (B, H, L, E), k/v (B, Hkv, S, E/Ev).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import random
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "fuzz"))
+
+from _fuzz_cases import BUDGETS, bias_label, draw_case, mask_label  # noqa: E402
+from _fuzz_judge import backends, failure_key, run_case  # noqa: E402
+from _fuzz_known import classify  # noqa: E402
+
+STORED_PER_GROUP = 10  # repro params kept per (open request, backend, dtype); the counts are always complete
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cases", type=int, default=10_000)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "fuzz.json")
+    ap.add_argument("--budget", choices=sorted(BUDGETS), default="small", help="shape budget (tests/fuzz/_fuzz_cases.py)")
+    ap.add_argument("--chunk", type=int, default=250, help="write the JSON every this many cases")
+    ap.add_argument("--fresh", action="store_true", help="ignore an existing --out instead of resuming")
+    args = ap.parse_args(argv)
+    if args.cases <= 0 or args.chunk <= 0:
+        ap.error("--cases and --chunk must be positive")
+
+    # cases are tiny: one intra-op thread avoids oversubscribing a shared machine and loses little
+    torch.set_num_threads(1)
+    state = _load(args.out, args.seed, args.budget) if not args.fresh else None
+    state = state or {"seed": args.seed, "budget": args.budget, "cases_run": 0, "cases_failed": 0, "seconds": 0.0,
+                      "counts": {}, "classes": {}, "requests": {}, "stored_per_group": {}, "failures": []}
+    rng = random.Random(args.seed)
+    params = [draw_case(rng, i, args.budget) for i in range(args.cases)]  # drawn in order, so a resume sees the same cases
+    names = backends()
+    start, t0 = state["cases_run"], time.perf_counter()
+    try:
+        from tqdm import tqdm
+
+        bar = tqdm(total=args.cases, initial=start, unit="case", smoothing=0.05)
+    except ImportError:  # pragma: no cover - tqdm ships with the test environment
+        bar = None
+    for i in range(start, args.cases):
+        p = params[i]
+        res = run_case(p, names)
+        for name, v in res.verdicts.items():
+            cell = (state["counts"].setdefault(name, {}).setdefault(p["dtype"], {})
+                    .setdefault(mask_label(p["mask"]), {}).setdefault(bias_label(p["bias"]), {}))
+            cell[v.status] = cell.get(v.status, 0) + 1
+            if v.status == "failed":
+                key = failure_key(p, name, v, res.hostile_applied)
+                state["classes"][key] = state["classes"].get(key, 0) + 1
+                request = classify(p, name, v, res.hostile_applied)
+                by_req = state.setdefault("requests", {}).setdefault(request, {})
+                by_req[name] = by_req.get(name, 0) + 1
+                group = f"{request}|{name}|{p['dtype']}"
+                stored = state.setdefault("stored_per_group", {})
+                if stored.get(group, 0) < STORED_PER_GROUP:
+                    stored[group] = stored.get(group, 0) + 1
+                    state["failures"].append({"backend": name, "class": key, "request": request, "errors": v.errors,
+                                              "tolerances": v.tolerances, "detail": v.detail, "params": p})
+        state["cases_failed"] += any(v.status == "failed" for v in res.verdicts.values())
+        state["cases_run"] = i + 1
+        if bar is not None:
+            bar.update(1)
+        if (i + 1) % args.chunk == 0 or i + 1 == args.cases:
+            state["seconds"] += time.perf_counter() - t0
+            t0 = time.perf_counter()
+            _save(args.out, state)
+    if bar is not None:
+        bar.close()
+    print(json.dumps(state["summary"], indent=1))
+    return 0
+
+
+def summarize(state: dict) -> dict:
+    """Totals per backend; failures per open request (``_fuzz_known``) and per
+    backend | dtype | numeric or exception | hostile or clean."""
+    per_backend = {}
+    for name, by_dtype in state["counts"].items():
+        tot = collections.Counter()
+        for by_mask in by_dtype.values():
+            for by_bias in by_mask.values():
+                for cell in by_bias.values():
+                    tot.update(cell)
+        per_backend[name] = dict(tot)
+    coarse = collections.Counter()
+    for key, n in state["classes"].items():
+        name, dtype, what, hostile = key.split("|")
+        kind = "exception" if what.startswith("exception") else "numeric"
+        coarse[f"{name}|{dtype}|{kind}|{hostile.split('=')[0]}"] += n
+    return {
+        "cases_run": state["cases_run"],
+        "cases_failed": state["cases_failed"],  # cases where at least one backend failed
+        "backend_runs": sum(sum(c.values()) for c in per_backend.values()),
+        "per_backend": per_backend,
+        "failures_by_open_request": state.get("requests", {}),  # "unexplained" = no filed request claims it
+        "failure_classes": dict(coarse.most_common()),
+        "seconds": round(state["seconds"], 1),
+    }
+
+
+def _load(path: Path, seed: int, budget: str) -> dict | None:
+    """The saved state of the same run (seed and budget), to resume; None to start afresh."""
+    if not path.exists():
+        return None
+    state = json.loads(path.read_text())
+    if state.get("seed") != seed or state.get("budget") != budget:
+        return None
+    state.pop("summary", None)
+    return state
+
+
+def _save(path: Path, state: dict) -> None:
+    state["summary"] = summarize(state)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(state, indent=1, default=str))
+    tmp.replace(path)  # atomic: an interrupted run leaves the last complete chunk
+
+
+if __name__ == "__main__":
+    sys.exit(main())

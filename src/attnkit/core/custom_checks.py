@@ -1,0 +1,78 @@
+"""Shape checks for user functions: custom mask predicates, custom biases and score mods.
+
+A user's function is called by broadcasting on index grids ``b`` (B', 1, 1, 1), ``h`` (1, H', 1, 1),
+``q_idx`` (1, 1, l, 1) and ``kv_idx`` (1, 1, 1, s) (:mod:`attnkit.core.indices`), so a correct one
+returns a 4-D tensor that broadcasts to (B', H', l, s) — or a 0-d constant. A function that returns
+anything else (a 5-D bias, a (3,)-shaped predicate result) would otherwise be accepted by one backend
+and crash or return a wrong-shaped output on another, so every function is evaluated once on a tiny
+grid (at most 2 × 2 × 3 × 5, on the call's device: ``meta`` works too) before any backend runs, and
+the verdict is cached on the object: a model calling attention thousands of times pays for it once.
+
+Shape legend: B batch, H heads, L queries, S keys; l, s a tile's queries and keys.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .indices import index_grid
+
+_CHECKED = "_attnkit_shape_checked"  # attribute set on a function's wrapper object once it passed
+
+
+def check_custom_functions(mask, bias, B: int, H: int, L: int, S: int, device: torch.device) -> None:
+    """Check every custom predicate in ``mask`` and custom bias / score mod in ``bias`` (once each)."""
+    from .biases import CustomBias, ScoreMod
+    from .mask_kinds import CustomMask
+
+    if min(B, H, L, S) == 0:
+        return  # nothing will be evaluated (B = 0 returns an empty result); check on a real call
+    for m in _walk(mask):
+        if isinstance(m, CustomMask) and not getattr(m, _CHECKED, False):
+            _check(m, "mask predicate", "(b, h, q_idx, kv_idx) -> bool", m.fn, False, B, H, L, S, device)
+    for m in _walk(bias):
+        if isinstance(m, (CustomBias, ScoreMod)) and not getattr(m, _CHECKED, False):
+            kind = "score_mod" if isinstance(m, ScoreMod) else "custom bias"
+            sig = "(score, b, h, q_idx, kv_idx) -> score" if isinstance(m, ScoreMod) else "(b, h, q_idx, kv_idx) -> bias"
+            _check(m, kind, sig, m.fn, isinstance(m, ScoreMod), B, H, L, S, device)
+
+
+def _walk(obj):
+    """The object and every part of it (And/Or/Not masks, summed biases)."""
+    if obj is None:
+        return
+    yield obj
+    for p in getattr(obj, "parts", ()) or ():
+        yield from _walk(p)
+    inner = getattr(obj, "inner", None)
+    if inner is not None:
+        yield from _walk(inner)
+
+
+def _check(obj, kind: str, sig: str, fn, takes_score: bool, B: int, H: int, L: int, S: int, device) -> None:
+    nb = min(B, 2) if "b" in obj.dims else 1
+    nh = min(H, 2) if "h" in obj.dims else 1
+    l, s = min(L, 3), min(S, 5)  # distinct sizes, so a result missing an axis cannot pass by accident
+    g = index_grid((0, l), (0, s), batch=nb, heads=nh, device=device)
+    grid = (nb, nh, l, s)
+    name = getattr(obj, "name", getattr(fn, "__name__", repr(fn)))
+    args = (g.b, g.h, g.q, g.kv)
+    if takes_score:
+        args = (torch.zeros(grid, device=device),) + args
+    with torch.no_grad():
+        out = fn(*args)
+    if not isinstance(out, torch.Tensor):
+        if isinstance(out, (bool, int, float)) and not (kind == "mask predicate" and not isinstance(out, bool)):
+            object.__setattr__(obj, _CHECKED, True)  # a Python constant broadcasts to anything
+            return
+        raise TypeError(f"{kind} {name!r} {sig} must return a tensor, got {type(out).__name__}")
+    want = "bool" if kind == "mask predicate" else "numeric (not bool)"
+    if (out.dtype == torch.bool) != (kind == "mask predicate") or out.is_complex():
+        raise TypeError(f"{kind} {name!r} {sig} must return a {want} tensor, got {out.dtype}")
+    if out.dim() not in (0, 4) or not all(n in (1, w) for n, w in zip(out.shape, grid)):
+        raise ValueError(
+            f"{kind} {name!r} {sig} must return a 4-D tensor broadcastable to (B, H, l, s) — shape {grid} on the "
+            f"index grid b {tuple(g.b.shape)}, h {tuple(g.h.shape)}, q_idx {tuple(g.q.shape)}, kv_idx {tuple(g.kv.shape)} "
+            f"(or a 0-d constant), got shape {tuple(out.shape)}; compute it from the broadcast indices without reshaping"
+        )
+    object.__setattr__(obj, _CHECKED, True)

@@ -1,0 +1,109 @@
+"""Encoder-decoder attention for recurrent seq2seq: Bahdanau (additive) and Luong (general).
+
+The decoder holds one query vector per step and looks back at every encoder state ("memory").
+Both layers are one call of :func:`attnkit.attention` with a single head, attnkit's own learned
+scores, and a padding mask built from the source lengths — no second softmax lives here:
+
+* :class:`BahdanauAttention` — Bahdanau, Cho & Bengio 2015, https://arxiv.org/abs/1409.0473 §3.1
+  and App. A.1.2: ``e_tj = vᵀ tanh(W s_{t-1} + U h_j)`` (:class:`~attnkit.core.scores.AdditiveScore`),
+  queried with the decoder state *before* the recurrence; the context feeds the recurrence.
+* :class:`LuongAttention` — Luong, Pham & Manning 2015, https://arxiv.org/abs/1508.04025 §3.1:
+  ``score(h_t, h̄_s) = h_tᵀ W_a h̄_s`` (:class:`~attnkit.core.scores.GeneralScore`), queried with
+  the state *after* the recurrence; the model then forms ``h̃_t = tanh(W_c [c_t; h_t])``.
+
+Then ``a_t = softmax_j(e_tj)`` over real source tokens only and ``c_t = Σ_j a_tj h_j``. A source
+position past a sequence's length gets weight exactly 0 (the mask, not a large negative number),
+and a sequence of length 0 gets an all-zero row and a zero context, never NaN.
+
+Keys and values are the same memory (B, S, D): the model projects a bidirectional encoder's
+2·D states to D once, so the query, keys and values share one width.
+
+Shape legend: B batch, T decoder steps asked at once (1 in the step-by-step loop), S source
+length, D width. query (B, D) or (B, T, D); memory (B, S, D); valid (B, S) bool, True = real
+token; context like query; weights (B, S) or (B, T, S).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..core import masks as M
+from ..core.call import attention
+from ..core.checks import require_positive_int, require_tensor
+from ..core.scores import AdditiveScore, GeneralScore, Score
+
+
+class Seq2SeqAttention(nn.Module):
+    """Single-head attention of decoder queries over encoder memory with a learned ``score``."""
+
+    def __init__(self, dim: int, score: Score, *, backend: str = "auto"):
+        super().__init__()
+        self.dim = require_positive_int("dim", dim)
+        if not isinstance(score, Score):
+            raise TypeError(f"score must be an attnkit Score (e.g. AdditiveScore({dim})), got {type(score).__name__}")
+        score.check_head_dim(dim)
+        self.score = score
+        self.backend = backend
+
+    def forward(self, query: torch.Tensor, memory: torch.Tensor, valid: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Returns ``(context, weights)``: context like ``query``, weights (B, [T,] S)."""
+        require_tensor("query", query)
+        require_tensor("memory", memory)
+        one_step = query.dim() == 2
+        q = query[:, None] if one_step else query  # (B, T, D)
+        if q.dim() != 3 or memory.dim() != 3 or q.shape[-1] != self.dim or memory.shape[-1] != self.dim:
+            raise ValueError(f"query must be (B, D) or (B, T, D) and memory (B, S, D) with D={self.dim}, got {tuple(query.shape)} and {tuple(memory.shape)}")
+        if q.shape[0] != memory.shape[0]:
+            raise ValueError(f"query and memory must share the batch size B, got {q.shape[0]} and {memory.shape[0]}")
+        mask = None
+        if valid is not None:
+            if valid.dtype != torch.bool or valid.shape != memory.shape[:2]:
+                raise ValueError(f"valid must be a bool (B, S)={tuple(memory.shape[:2])} tensor (True = real token), got {valid.dtype} {tuple(valid.shape)}")
+            mask = M.KeyPaddingMask(valid)
+        mem = memory[:, None]  # (B, 1, S, D): one head
+        res = attention(q[:, None], mem, mem, score=self.score, mask=mask, scale=1.0, backend=self.backend, return_weights=True)
+        ctx, w = res.out[:, 0], res.weights[:, 0]  # (B, T, D), (B, T, S)
+        return (ctx[:, 0], w[:, 0]) if one_step else (ctx, w)
+
+    @property
+    def queries_before_recurrence(self) -> bool:
+        """True when the decoder queries with s_{t-1} and feeds the context into its recurrence."""
+        raise NotImplementedError
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}, score={self.score.name!r}"
+
+
+class BahdanauAttention(Seq2SeqAttention):
+    """Additive attention queried with the previous decoder state (Bahdanau et al. 2015)."""
+
+    def __init__(self, dim: int, attn_dim: int | None = None, *, backend: str = "auto", device=None, dtype=None):
+        super().__init__(dim, AdditiveScore(dim, attn_dim or dim, device=device, dtype=dtype), backend=backend)
+
+    @property
+    def queries_before_recurrence(self) -> bool:
+        return True
+
+
+class LuongAttention(Seq2SeqAttention):
+    """General (bilinear) attention queried with the current decoder state (Luong et al. 2015)."""
+
+    def __init__(self, dim: int, *, backend: str = "auto", device=None, dtype=None):
+        super().__init__(dim, GeneralScore(dim, device=device, dtype=dtype), backend=backend)
+
+    @property
+    def queries_before_recurrence(self) -> bool:
+        return False
+
+
+ATTENTIONS = {"bahdanau": BahdanauAttention, "luong": LuongAttention}
+
+
+def make_seq2seq_attention(kind: str, dim: int, **kwargs) -> Seq2SeqAttention | None:
+    """String factory: ``"bahdanau"``, ``"luong"`` or ``"none"`` (None: the fixed-vector model)."""
+    if kind == "none":
+        return None
+    if kind not in ATTENTIONS:
+        raise ValueError(f"attention must be one of {['none', *ATTENTIONS]}, got {kind!r}")
+    return ATTENTIONS[kind](dim, **kwargs)

@@ -1,0 +1,163 @@
+"""``attnkit experiment seq2seq`` at a tiny size: the results follow the schema (per model:
+parameters within ±10 % of the budget, training time, per-bucket ranges, counts and metrics as mean
+± std over seeds), the figures are written, a rerun with --resume trains nothing and reproduces the
+metrics, TSV data gets BLEU/chrF, the report's reading is generated from the numbers (and says
+"does not show" when the numbers do not), and bad inputs (unknown --data, --seeds 0, an empty or
+tab-less TSV, a budget no model fits) get one clear error each before any training."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from attnkit.experiments import SetupError, run_experiment
+from attnkit.experiments.command import main as cli_main
+from attnkit.experiments.seq2seq_models import match_budget
+from attnkit.experiments.seq2seq_report import reading, section
+
+TINY = {"n_train": 96, "n_valid": 24, "n_test": 40, "epochs": 1, "params": 20_000, "batch_size": 32, "layers": 1}
+
+
+@pytest.fixture(scope="module")
+def dates_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("seq2seq_dates")
+    doc = run_experiment("seq2seq", out=out, seeds=2, overrides=TINY, show_progress=False)
+    return out, doc
+
+
+def test_results_schema_and_budget(dates_run):
+    out, doc = dates_run
+    assert json.loads((out / "results.json").read_text())["results"]["budget"] == TINY["params"]
+    res = doc["results"]
+    assert res["metric_names"] == ["exact_match", "char_accuracy"] and res["length_unit"] == "characters"
+    assert set(res["models"]) == {"rnn", "bahdanau", "luong", "transformer"}
+    for name, m in res["models"].items():
+        assert abs(m["params"] / TINY["params"] - 1) <= 0.10, name
+        assert len(m["train_time_s"]["runs"]) == 2 and m["train_time_s"]["mean"] > 0
+        total = 0
+        for b in m["buckets"]:
+            lo, hi = b["range"]
+            assert lo <= hi and b["count"] >= 0
+            total += b["count"]
+            for metric in ("exact_match", "char_accuracy"):
+                s = b["metrics"][metric]
+                assert set(s) == {"mean", "std", "runs"} and len(s["runs"]) == 2
+        assert total == res["data"]["test"]
+    assert {"rnn", "transformer"} <= set(res["examples"][0])
+    al = res["alignments"]["bahdanau"][0]
+    assert len(al["weights"]) == len(al["output"]) and len(al["weights"][0]) == len(al["source"])
+    assert all(abs(sum(row) - 1) < 1e-3 for row in al["weights"])
+    assert "rnn" not in res["alignments"]  # no attention, no alignment
+    for png in ("metric_vs_length.png", "training_curves.png", "alignments_bahdanau.png", "alignments_luong.png", "alignments_transformer.png"):
+        assert (out / png).stat().st_size > 10_000, png
+
+
+def test_resume_trains_nothing_and_reproduces_metrics(dates_run):
+    out, doc = dates_run
+    again = run_experiment("seq2seq", out=out, seeds=2, overrides=TINY, resume=True, show_progress=False)
+    for name, m in doc["results"]["models"].items():
+        assert again["results"]["models"][name]["overall"] == m["overall"]
+        assert again["results"]["models"][name]["history"] == m["history"]
+
+
+class _Killed(Exception):
+    pass
+
+
+def test_interrupted_training_resumes_to_the_uninterrupted_metrics(tmp_path, monkeypatch):
+    """A crash in epoch 2 (after epoch 1's checkpoint), then --resume: the same numbers as no crash."""
+    import attnkit.experiments.seq2seq_eval as ev
+
+    cfg = {**TINY, "epochs": 2, "models": ["bahdanau"], "patience": 5}
+    clean = run_experiment("seq2seq", out=tmp_path / "clean", overrides=cfg, show_progress=False)["results"]["models"]["bahdanau"]
+    real, calls = ev.valid_loss, []
+
+    def dies_in_epoch_two(*a, **k):
+        calls.append(1)
+        if len(calls) == 2:
+            raise _Killed("as a kill -9 would: after epoch 1 was checkpointed")
+        return real(*a, **k)
+
+    monkeypatch.setattr(ev, "valid_loss", dies_in_epoch_two)
+    with pytest.raises(_Killed):
+        run_experiment("seq2seq", out=tmp_path / "crash", overrides=cfg, show_progress=False)
+    monkeypatch.setattr(ev, "valid_loss", real)
+    resumed = run_experiment("seq2seq", out=tmp_path / "crash", overrides=cfg, resume=True, show_progress=False)["results"]["models"]["bahdanau"]
+    assert [r["epoch"] for r in resumed["history"][0]] == [1, 2]
+    for key in ("overall", "buckets"):
+        assert resumed[key] == clean[key]
+    assert [{k: v for k, v in r.items() if k != "time_s"} for r in resumed["history"][0]] == [{k: v for k, v in r.items() if k != "time_s"} for r in clean["history"][0]]
+
+
+def test_report_section_is_generated_from_the_numbers(dates_run, tmp_path):
+    out, doc = dates_run
+    res = doc["results"]
+    s = section(res, out)
+    assert "bottleneck" in s.html and "data:image/png;base64" in s.html
+    rnn = res["models"]["rnn"]
+    assert f"{rnn['params']:,}" in s.html
+    first = next(b for b in rnn["buckets"] if b["count"])
+    assert f"{first['metrics']['exact_match']['mean']:.1f}" in " ".join(reading(res))
+
+
+def _fake(drops: dict[str, tuple[float, float]]) -> dict:
+    def model(a, b, overall):
+        bucket = lambda lo, hi, v: {"range": [lo, hi], "count": 10, "metrics": {"bleu": {"mean": v, "std": 1.0, "runs": [v - 1, v + 1]}, "chrf": {"mean": v, "std": 0.0, "runs": [v, v]}}}  # noqa: E731
+        return {"params": 1000, "width": 8, "buckets": [bucket(0, 10, a), bucket(11, 20, (a + b) / 2), bucket(21, 1000, b)],
+                "overall": {"bleu": {"mean": overall, "std": 0.5, "runs": [overall]}, "chrf": {"mean": overall, "std": 0.0, "runs": [overall]}}}
+
+    return {"metric_names": ["bleu", "chrf"], "length_unit": "words",
+            "models": {n: model(a, b, (a + b) / 2) for n, (a, b) in drops.items()}}
+
+
+def test_reading_says_shows_and_does_not_show():
+    shows = " ".join(reading(_fake({"rnn": (30.0, 8.0), "bahdanau": (31.0, 29.0), "luong": (30.0, 27.5), "transformer": (40.0, 38.0)})))
+    assert "BLEU is 30.0 on the shortest sources (0–10 words) and 8.0 on the longest (over 20 words): a fall of 22.0 points" in shows
+    assert "The bottleneck shows" in shows and "Transformer is ahead of" in shows
+    flat = " ".join(reading(_fake({"rnn": (30.0, 27.0), "bahdanau": (31.0, 29.0), "transformer": (20.0, 18.0)})))
+    assert "does not show clearly" in flat and "Transformer is behind" in flat
+
+
+def test_bad_data_and_seeds_are_clear_errors_before_work(tmp_path, capsys):
+    with pytest.raises(SetupError, match="--data must be 'dates', 'bible' or a path to a .tsv"):
+        run_experiment("seq2seq", out=tmp_path / "a", overrides={"data": "wmt14"}, show_progress=False)
+    with pytest.raises(SetupError, match="--seeds must be an integer >= 1"):
+        run_experiment("seq2seq", out=tmp_path / "b", seeds=0, show_progress=False)
+    with pytest.raises(SystemExit) as e:
+        cli_main(["seq2seq", "--seeds", "0", "--out", str(tmp_path / "c")])
+    assert e.value.code == 2 and "--seeds" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        cli_main(["seq2seq", "--data", "wmt14", "--out", str(tmp_path / "d"), "--no-progress"])
+    assert e.value.code == 2 and "--data must be" in capsys.readouterr().err
+    assert not (tmp_path / "d" / "checkpoints").exists()
+
+
+def test_bad_tsv_files_are_clear_errors(tmp_path):
+    empty = tmp_path / "empty.tsv"
+    empty.write_text("")
+    with pytest.raises(ValueError, match="holds no 'source<TAB>target' pairs"):
+        run_experiment("seq2seq", out=tmp_path / "e", overrides={"data": str(empty)}, show_progress=False)
+    notab = tmp_path / "notab.tsv"
+    notab.write_text("a\tb\nno tab\n")
+    with pytest.raises(ValueError, match=r"notab\.tsv:2: .*no tab"):
+        run_experiment("seq2seq", out=tmp_path / "f", overrides={"data": str(notab)}, show_progress=False)
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        run_experiment("seq2seq", out=tmp_path / "g", overrides={"data": str(tmp_path / "missing.tsv")}, show_progress=False)
+
+
+def test_budget_no_model_fits_is_an_error():
+    with pytest.raises(ValueError, match=r"within ±10 % of the budget"):
+        match_budget(["rnn", "transformer"], 5000, 5000, {"params": 1000, "layers": 1})
+
+
+def test_tsv_data_scored_with_bleu_and_chrf(tmp_path):
+    words = "alpha beta gamma delta epsilon zeta eta theta iota kappa".split()
+    lines = [f"{' '.join(words[(i + k) % 10] for k in range(2 + i % 6))}\t{' '.join(reversed([words[(i + k) % 10] for k in range(2 + i % 6)]))}" for i in range(120)]
+    tsv = tmp_path / "toy.tsv"
+    tsv.write_text("\n".join(lines) + "\n")
+    cfg = {**TINY, "data": str(tsv), "vocab_size": 40, "models": ["transformer"]}
+    res = run_experiment("seq2seq", out=tmp_path / "run", overrides=cfg, show_progress=False)["results"]
+    assert res["metric_names"] == ["bleu", "chrf"] and res["length_unit"] == "words" and res["data"]["split"] == "hash"
+    for m in res["models"].values():
+        assert 0 <= m["overall"]["chrf"]["mean"] <= 100 and m["buckets"][0]["range"] == [0, 10]

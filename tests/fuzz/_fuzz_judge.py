@@ -1,0 +1,165 @@
+"""Run one fuzz case on every backend and judge it against the float64 oracle.
+
+``run_case(params)`` returns ``{backend: Verdict}``. A verdict is ``passed``, ``declined`` (the
+backend's ``supports()`` said why — not a failure) or ``failed`` with the errors, tolerances and a
+failure class (backend / dtype / what broke) under which the fuzz counts it.
+
+Hostile values: when a case names one (NaN, ±inf, 1e38) it is written into every key and value
+row that no query may attend (``_float64_oracle.dead_keys``) and into a dense bias wherever every
+(b, h) masks the pair; the oracle sees the clean tensors, so any influence of the garbage on out,
+dq, dk or dv is an error. The tolerance rule is documented in ``_fuzz_cases``.
+
+Shape legend: q (B, H, L, E), k (B, Hkv, S, E), v (B, Hkv, S, Ev).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+import _float64_oracle as oracle
+from _fuzz_cases import DTYPES, FLOOR_ULPS, HOSTILE, QUANTITIES, Built, build
+
+
+@dataclass
+class Verdict:
+    status: str  # "passed" | "declined" | "failed"
+    errors: dict[str, float] = field(default_factory=dict)
+    tolerances: dict[str, float] = field(default_factory=dict)
+    failure: str | None = None  # the failure class, e.g. "dq" or "exception:RuntimeError"
+    detail: str = ""  # declined reason, exception message, or auto's chosen backend
+
+
+def backends() -> list[str]:
+    import attnkit
+
+    return [b.name for b in attnkit.available_backends() if b.exact] + ["auto"]
+
+
+@dataclass
+class CaseResult:
+    verdicts: dict[str, Verdict]
+    hostile_applied: bool  # the case named a hostile value and some masked slot received it
+
+
+def run_case(params: dict, names: list[str] | None = None) -> CaseResult:
+    built = build(params)
+    stats: dict = {}
+    truth = _oracle_run(built, torch.float64, stats=stats)
+    base = _oracle_run(built, torch.float32, round_to=DTYPES[params["dtype"]])
+    tol = {n: 2.0 * _max_err(base[n], truth[n]) + floor(params["dtype"], truth, n, stats["max_logit"]) for n in QUANTITIES}
+    *inputs, applied = _hostile_inputs(built, params["hostile"])
+    verdicts = {name: _judge(name, params, built, inputs, truth, tol) for name in (names or backends())}
+    return CaseResult(verdicts, applied)
+
+
+def floor(dtype: str, truth: dict[str, torch.Tensor], n: str, max_logit: float) -> float:
+    """The absolute error floor of quantity ``n`` (the rule is in ``_fuzz_cases``).
+
+    * ``FLOOR_ULPS[dtype]`` ulps of the dtype at the quantity's own magnitude: the final rounding.
+    * float32 only: any float32 evaluation of a logit s is off by ~eps32·|s|, a relative error of
+      the same size in its softmax weight, so out and the gradients (whose cancellations
+      ``dP - rowsum(dO·O)`` happen at the case's largest magnitude, not at the result's) carry
+      ~eps32·max|s|·M with M the largest of out, dq, dk, dv; 4 of those allow for reordered sums.
+      For half dtypes the rounding of inputs and results dominates this, so it is left out there.
+    """
+    def mag(t):
+        return max(1.0, float(t.abs().max())) if t.numel() else 1.0
+
+    f = FLOOR_ULPS[dtype] * torch.finfo(DTYPES[dtype]).eps * mag(truth[n])
+    if dtype == "float32":
+        f += 4.0 * torch.finfo(torch.float32).eps * max(1.0, max_logit) * max(mag(t) for t in truth.values())
+    return f
+
+
+def _oracle_run(b: Built, dtype: torch.dtype, round_to: torch.dtype | None = None, stats: dict | None = None) -> dict[str, torch.Tensor]:
+    q, k, v = (t.detach().to(dtype).requires_grad_() for t in (b.q, b.k, b.v))
+    out = oracle.attention(q, k, v, score=b.oracle_score, scale=b.oracle_scale, mask=b.oracle_mask,
+                           biases=b.oracle_biases, dtype=dtype, stats=stats)
+    out.backward(b.d_out.to(dtype))
+    res = {"out": out.detach(), "dq": q.grad, "dk": k.grad, "dv": v.grad}
+    if round_to is not None:  # the reference way: float32 arithmetic, results in the input dtype
+        res = {n: t.to(round_to) for n, t in res.items()}
+    return {n: t.double() for n, t in res.items()}
+
+
+def _hostile_inputs(b: Built, hostile: str | None):
+    """(k, v, bias, applied): the hostile value written where nothing may look; ``applied`` says
+    whether any slot received it."""
+    k, v, bias = b.k.clone(), b.v.clone(), b.bias
+    if hostile is None:
+        return k, v, bias, False
+    val = HOSTILE[hostile]
+    dead = torch.from_numpy(b.dead)  # (B, Hkv, S)
+    k[dead] = val
+    v[dead] = val
+    B, H, L, S = b.q.shape[0], b.q.shape[1], b.q.shape[2], b.k.shape[2]
+    never = torch.from_numpy(~oracle.allowed(b.oracle_mask, B, H, L, S).any(axis=(0, 1)))  # (L, S)
+    dense = bias if isinstance(bias, torch.Tensor) else (bias[-1] if isinstance(bias, list) else None)
+    bias_hit = isinstance(dense, torch.Tensor) and dense.dim() == 2 and bool(never.any())
+    if bias_hit:
+        dense = dense.masked_fill(never, val)
+        bias = dense if isinstance(bias, torch.Tensor) else bias[:-1] + [dense]
+    return k, v, bias, bool(dead.any()) or bias_hit
+
+
+def _judge(name, params, b: Built, inputs, truth, tol) -> Verdict:
+    import attnkit
+    from attnkit.core import registry
+    from attnkit.core.call import make_call
+
+    k_in, v_in, bias = inputs
+    kwargs = {"score": b.score, "mask": b.mask, "bias": bias, "scale": b.scale}
+    if name != "auto":
+        try:
+            why = registry.get(name).supports(make_call(b.q, k_in, v_in, **kwargs))
+        except Exception as e:  # noqa: BLE001 - validation rejecting a valid call is a failure too
+            return Verdict("failed", failure=f"exception:{type(e).__name__}", detail="make_call: " + str(e)[:300])
+        if why is not None:
+            return Verdict("declined", detail=why)
+    q, k, v = (t.detach().clone().requires_grad_() for t in (b.q, k_in, v_in))
+    tiles = params["tiles"] or (None, None)
+    attnkit.set_tile_sizes(*tiles)
+    try:
+        res = attnkit.attention(q, k, v, backend=name, **kwargs)
+        res.out.backward(b.d_out)
+    except Exception as e:  # noqa: BLE001 - any exception on a valid call is a failure to record
+        return Verdict("failed", failure=f"exception:{type(e).__name__}", detail=str(e)[:300])
+    finally:
+        attnkit.set_tile_sizes(None, None)
+    got = {"out": res.out, "dq": q.grad, "dk": k.grad, "dv": v.grad}
+    errors, broken = {}, []
+    for n in QUANTITIES:
+        t = got[n]
+        if t is None or t.shape != truth[n].shape or t.dtype != b.q.dtype:
+            errors[n] = math.inf
+            broken.append(f"{n}:shape/dtype")
+            continue
+        errors[n] = _max_err(t.detach().double(), truth[n])
+        if not errors[n] <= tol[n]:
+            broken.append(n)
+    detail = res.report.backend if name == "auto" else ""
+    if broken:
+        return Verdict("failed", errors, tol, failure=",".join(broken), detail=detail)
+    return Verdict("passed", errors, tol, detail=detail)
+
+
+def _max_err(a: torch.Tensor, b: torch.Tensor) -> float:
+    """max |a - b|; NaN or inf where the other is finite counts as infinite error."""
+    if a.numel() == 0:
+        return 0.0
+    d = (a - b).abs()
+    same_nonfinite = (a == b) | (torch.isnan(a) & torch.isnan(b))
+    d = torch.where(same_nonfinite, torch.zeros_like(d), d)
+    d = torch.where(torch.isnan(d), torch.full_like(d, math.inf), d)
+    return float(d.max())
+
+
+def failure_key(params: dict, name: str, verdict: Verdict, hostile_applied: bool) -> str:
+    """The class a failure is counted under: backend | dtype | what broke | hostile value or clean
+    (mask and bias are in the per-cell counts)."""
+    hostile = f"hostile={params['hostile']}" if hostile_applied else "clean"
+    return f"{name}|{params['dtype']}|{verdict.failure}|{hostile}"

@@ -1,0 +1,140 @@
+"""Differential fuzz of every exact backend and ``auto`` against an independent float64 oracle.
+
+A seeded sample of the case space of ``benchmarks/fuzz_attention.py`` (which runs ≥ 10,000 cases):
+shapes with 1 and tile edges (blockwise tiles forced to 8–32 so small shapes cross them), L ≠ S
+both ways, GQA/MQA, every mask and &, |, ~ of them, every bias, five scores, fp32/bf16/fp16 with
+logits up to a few hundred, hostile values in masked keys; out, dq, dk, dv must be within 2× of
+the same-dtype reference computation's error plus a dtype floor (``_fuzz_judge``).
+
+Failure classes that are filed and being fixed (``_fuzz_known.OPEN_REQUESTS``) are marked xfail
+(not strict) at run time, each naming its request. Everything else must pass.
+
+Shape legend: q (B, H, L, E), k (B, Hkv, S, E), v (B, Hkv, S, Ev).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import _float64_oracle as oracle  # noqa: E402
+from _fuzz_cases import draw_case  # noqa: E402
+from _fuzz_judge import run_case  # noqa: E402
+from _fuzz_known import classify  # noqa: E402
+
+SEED, N_CASES = 8, 250
+CASES = [draw_case(random.Random(SEED * 1_000_003 + i), i) for i in range(N_CASES)]
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """The cases are tiny: with several intra-op threads on a shared machine they spend most of
+    their time waiting for each other (about 10x slower here), so run them on one and restore."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.mark.parametrize("params", CASES, ids=[f"{c['index']}-{c['dtype']}-{c['L']}x{c['S']}" for c in CASES])
+def test_backends_match_float64_oracle(params):
+    res = run_case(params)
+    failed = {name: v for name, v in res.verdicts.items() if v.status == "failed"}
+    if not failed:
+        return
+    open_names = set()
+    unexplained = []
+    for name, v in failed.items():
+        request = classify(params, name, v, res.hostile_applied)
+        if request != "unexplained":
+            open_names.add(request)
+        else:
+            unexplained.append(f"{name}: {v.failure} errors={v.errors} tol={v.tolerances} {v.detail}")
+    if unexplained:
+        pytest.fail(f"repro: run_case({params!r})\n" + "\n".join(unexplained))
+    pytest.xfail("open: " + "; ".join(sorted(open_names)))
+
+
+def test_every_exact_backend_and_auto_was_exercised():
+    from _fuzz_judge import backends
+
+    assert {"reference", "sdpa", "blockwise", "auto"} <= set(backends())
+    kinds = {c["mask"]["kind"] if c["mask"] else "none" for c in CASES}
+    assert kinds >= {"none", "causal", "window", "padding", "document", "prefix_lm", "tensor", "mod", "and", "or", "not"}
+    assert {c["score"] for c in CASES} == {"scaled_dot", "dot", "cosine", "general", "general_heads", "additive"}
+    assert {c["hostile"] for c in CASES} == {None, "nan", "inf", "-inf", "1e38"}
+    assert {tuple(c["tiles"]) if c["tiles"] else None for c in CASES} >= {None, (8, 8), (16, 16)}
+    assert {b["kind"] for c in CASES for b in c["bias"]} >= {"alibi", "t5", "shaw", "tensor", "custom", "softcap"}
+    assert {c["dtype"] for c in CASES} == {"float32", "bfloat16", "float16"}
+    assert any(c["L"] == 1 for c in CASES) and any(c["S"] == 1 for c in CASES)
+    assert any(c["L"] < c["S"] for c in CASES) and any(c["L"] > c["S"] for c in CASES)
+    assert any(c["Hkv"] < c["H"] for c in CASES)
+
+
+def test_fuzz_catches_a_backend_that_is_slightly_wrong():
+    """The judge must be able to fail: a backend off by 1e-4 in float32 is caught."""
+    import attnkit
+    from attnkit.backends import reference
+
+    def off_by_a_little(call):
+        res = reference.run(call)
+        res.out = res.out + 1e-4
+        return res
+
+    attnkit.register("fuzz_off_by_a_little", off_by_a_little)
+    try:
+        p = next(c for c in CASES if c["dtype"] == "float32" and c["hostile"] is None and c["std"] <= 1.0)
+        verdict = run_case(p, names=["fuzz_off_by_a_little"]).verdicts["fuzz_off_by_a_little"]
+    finally:
+        from attnkit.core import registry
+
+        registry.unregister("fuzz_off_by_a_little")
+    assert verdict.status == "failed" and "out" in verdict.failure
+
+
+def test_oracle_alibi_slopes_are_the_papers():
+    # Press et al. 2022: 8 heads -> 1/2, 1/4, ..., 1/256; 6 heads -> 4 of the 4-head sequence, then
+    # every other slope of the 8-head one
+    assert oracle.alibi_slopes(8) == [2.0 ** -i for i in range(1, 9)]
+    assert oracle.alibi_slopes(6) == [2.0 ** -2, 2.0 ** -4, 2.0 ** -6, 2.0 ** -8, 2.0 ** -1, 2.0 ** -3]
+    assert oracle.alibi_slopes(1) == [2.0 ** -8]
+
+
+def test_oracle_t5_buckets_by_hand():
+    rel = torch.tensor([-200, -128, -20, -8, -7, -1, 0, 1, 7, 8, 20, 200])
+    # bidirectional, 32 buckets, max distance 128: 16 per side, 8 exact, then log-spaced to 15
+    got = oracle.t5_bucket(rel, True, 32, 128).tolist()
+    assert got == [15, 15, 10, 8, 7, 1, 0, 17, 23, 24, 26, 31]
+    # causal: keys in the future (rel > 0) all share bucket 0
+    assert oracle.t5_bucket(torch.tensor([5, 0, -3]), False, 32, 128).tolist() == [0, 0, 3]
+
+
+def test_oracle_masks_by_definition():
+    # bottom-right causal with L=2, S=4: query 0 sits at key 2
+    ok = oracle.allowed({"kind": "causal", "align": "bottom_right"}, 1, 1, 2, 4)[0, 0]
+    assert ok.tolist() == [[True, True, True, False], [True, True, True, True]]
+    ok = oracle.allowed({"kind": "causal", "align": "top_left"}, 1, 1, 2, 4)[0, 0]
+    assert ok.tolist() == [[True, False, False, False], [True, True, False, False]]
+    pad = oracle.allowed({"kind": "padding", "lengths": [1, 3], "side": "left"}, 2, 1, 1, 3)
+    assert pad[:, 0, 0].tolist() == [[False, False, True], [True, True, True]]
+    window = {"kind": "window", "left": 1, "right": None, "align": "top_left"}
+    ok = oracle.allowed({"kind": "not", "a": window}, 1, 1, 3, 3)[0, 0]
+    assert ok.tolist() == [[False, False, False], [False, False, False], [True, False, False]]
+
+
+def test_oracle_fully_masked_rows_are_zero_with_zero_grads():
+    q = torch.randn(1, 1, 3, 4, dtype=torch.float64, requires_grad=True)
+    k = torch.randn(1, 1, 5, 4, dtype=torch.float64, requires_grad=True)
+    v = torch.randn(1, 1, 5, 2, dtype=torch.float64, requires_grad=True)
+    mask = {"kind": "padding", "lengths": [0], "side": "right"}
+    out = oracle.attention(q, k, v, score={"kind": "scaled_dot"}, scale=0.5, mask=mask, biases=[])
+    out.sum().backward()
+    assert out.abs().max() == 0 and q.grad.abs().max() == 0 and k.grad.abs().max() == 0 and v.grad.abs().max() == 0
+    assert not math.isnan(float(q.grad.sum()))
