@@ -61,7 +61,7 @@ def naive_forward(m, x: torch.Tensor) -> torch.Tensor:
 
 
 def worker(spec: dict) -> dict:
-    from attnkit.bench import _peak, _reset_peak
+    from attnkit.bench.harness import _peak, _reset_peak
     from attnkit.modules.mhsa2d import MHSA2d
 
     dev = torch.device(spec["device"])

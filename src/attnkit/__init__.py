@@ -18,7 +18,12 @@ from .backends.blockwise import blockwise_attention, set_tile_sizes
 from .backends.linear import linear_attention
 from .modules.multihead import MultiHeadAttention
 from .modules.rotary import RotaryEmbedding
-from . import cache  # noqa: E402  (after the modules it re-exports)
+import sys as _sys
+
+from .modules import cache  # the KV caches' public name is attnkit.cache
+
+# registered as a module too, so `from attnkit.cache import DynamicCache` works without a root file
+_sys.modules[__name__ + ".cache"] = cache
 
 # heavier parts load on first use: `attnkit.inspect.capture(...)` works after a plain `import attnkit`
 _LAZY = ("inspect", "distributed", "models", "integrations")

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from attnkit import bench
+from attnkit.bench import harness as bench
 
 
 def _spec(**kw):
@@ -63,7 +63,7 @@ def test_summary_computes_the_headline_ratios():
 
 def test_both_plots_draw(tmp_path):
     pytest.importorskip("matplotlib")
-    from attnkit.bench_plot import plot
+    from attnkit.bench.plot import plot
 
     rows = [_row("full", be, ms, mib, n=n, mask=m) for n in (1024, 4096) for m in ("none", "causal")
             for be, ms, mib in (("sdpa", 10.0, 5.0), ("blockwise", 8.0, 3.0), ("auto", 8.0, 3.0))]

@@ -72,6 +72,16 @@ def test_deterministic_per_seed():
     assert make_dates(50, seed=7) != make_dates(50, seed=8)
 
 
+def test_random_fillers_hold_no_vowel_and_no_digit():
+    words = []
+    for s, t in make_dates(200, seed=4, filler="random"):
+        d = dt.date.fromisoformat(t)
+        core = max((c for c in (format_date(d, loc, f) for loc in LOCALES for f in FORMATS) if c in s), key=len)
+        before, after = s.split(core, 1)
+        words += before.split() + after.split()
+    assert len(words) > 200 and all(not (set(w) & set("aeiouy0123456789")) for w in words)
+
+
 def test_en_us_numeric_forms_are_excluded():
     pairs = make_dates(200, seed=0, locales=("en_US",))
     assert not any("/" in s for s, _ in pairs)  # M/d/y would read as another locale's d/M/y
@@ -103,6 +113,8 @@ def test_bad_arguments_get_clear_errors():
         make_dates(5, formats=("iso",))
     with pytest.raises(ValueError, match="length_range"):
         make_dates(5, length_range=(30, 10))
+    with pytest.raises(ValueError, match="filler must be 'words' or 'random'"):
+        make_dates(5, filler="lorem")
     with pytest.raises(ValueError, match="no usable"):
         make_dates(5, locales=("en_US",), formats=("short",))
     with pytest.raises(ValueError, match="CharTokenizer needs"):

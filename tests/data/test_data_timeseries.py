@@ -5,9 +5,6 @@ offline (vic_elec, co2, ETTh1 when present), and one clear error per bad input."
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch

@@ -50,3 +50,37 @@ def test_every_lesson_has_exercises_and_solutions():
         n = len(re.findall(r"^# \d\. ", text.split("## Exercises")[-1], flags=re.M))
         assert "## Exercises" in text and 2 <= n <= 4, f"{lesson.name}: 2–4 numbered exercises under '## Exercises'"
         assert (COURSE / "en" / "solutions" / lesson.name).exists(), f"{lesson.name} has no solutions file"
+
+
+def _code_without_comments(path: Path) -> list[str]:
+    """The code lines of a lesson with comments, markdown cells and the solutions' docstring removed."""
+    text = path.read_text(encoding="utf-8")
+    text = re.sub(r'^""".*?"""', "", text, count=1, flags=re.S)  # a solution's translated docstring
+    code, in_markdown = [], False
+    for line in text.splitlines():
+        if line.startswith("# %%"):
+            in_markdown = "[markdown]" in line
+            continue
+        if in_markdown or line.lstrip().startswith("#"):
+            continue
+        line = re.sub(r"\s+# .*$", "", line).rstrip()
+        line = re.sub(r'"[^"\n]*"|\'[^\'\n]*\'', '""', line)  # printed text may be translated too
+        if line:
+            code.append(line)
+    return code
+
+
+@pytest.mark.parametrize("rel", [p for p in LESSONS if p.parts[0] == "en"], ids=str)
+def test_chinese_lesson_runs_the_same_code(rel):
+    """The Chinese course translates prose, comments and printed text, never the code."""
+    zh = COURSE / "zh" / Path(*rel.parts[1:])
+    assert _code_without_comments(COURSE / rel) == _code_without_comments(zh), f"{zh} must run the same code as {rel}"
+
+
+def test_every_lesson_states_its_question_and_is_indexed():
+    readme = {lang: (COURSE / name).read_text(encoding="utf-8") for lang, name in (("en", "README.md"), ("zh", "README.zh.md"))}
+    for lang, marker in (("en", "Question this lesson answers"), ("zh", "本课回答的问题")):
+        for lesson in (COURSE / lang).glob("*.py"):
+            head = lesson.read_text(encoding="utf-8")[:3000]
+            assert marker in head, f"{lesson} must open by saying which question it answers ({marker!r})"
+            assert f"{lang}/{lesson.name}" in readme[lang], f"{lesson.name} is missing from the {lang} course index"

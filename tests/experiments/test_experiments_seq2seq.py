@@ -161,3 +161,33 @@ def test_tsv_data_scored_with_bleu_and_chrf(tmp_path):
     assert res["metric_names"] == ["bleu", "chrf"] and res["length_unit"] == "words" and res["data"]["split"] == "hash"
     for m in res["models"].values():
         assert 0 <= m["overall"]["chrf"]["mean"] <= 100 and m["buckets"][0]["range"] == [0, 10]
+
+
+def test_torchrun_two_processes_match_one_process(tmp_path):
+    """The seq2seq models under DDP (world size 2, gloo): the same loss curve as one process."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cfg = {**TINY, "epochs": 2, "n_train": 64, "models": ["rnn", "transformer"]}
+    run_experiment("seq2seq", out=tmp_path / "one", overrides=cfg, show_progress=False)  # one process, one thread (config)
+    args = ["-m", "attnkit.cli", "experiment", "seq2seq", "--no-progress", "--models", "rnn", "transformer"]
+    for k, v in cfg.items():
+        if k != "models":
+            args += ["--set", f"{k}={v}"]
+    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(port), *args,
+                          "--out", str(tmp_path / "two")], env=env, capture_output=True, text=True, timeout=300)
+    assert two.returncode == 0, two.stderr[-3000:]
+    a, b = (json.loads((tmp_path / d / "results.json").read_text()) for d in ("one", "two"))
+    assert b["env"]["world_size"] == 2
+    for name in ("rnn", "transformer"):
+        ha, hb = a["results"]["models"][name]["history"][0], b["results"]["models"][name]["history"][0]
+        assert len(ha) == len(hb) == 2
+        for ra, rb in zip(ha, hb):
+            for k in ("train_loss", "val_loss"):
+                assert rb[k] == pytest.approx(ra[k], rel=1e-3, abs=1e-5), (name, ra, rb)

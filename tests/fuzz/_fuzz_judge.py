@@ -50,29 +50,50 @@ def run_case(params: dict, names: list[str] | None = None) -> CaseResult:
     stats: dict = {}
     truth = _oracle_run(built, torch.float64, stats=stats)
     base = _oracle_run(built, torch.float32, round_to=DTYPES[params["dtype"]])
-    tol = {n: 2.0 * _max_err(base[n], truth[n]) + floor(params["dtype"], truth, n, stats["max_logit"]) for n in QUANTITIES}
+    stats["grad_noise"] = _softmax_grad_noise(built)
+    tol = {n: 2.0 * _max_err(base[n], truth[n]) + floor(params["dtype"], truth, n, stats) for n in QUANTITIES}
     *inputs, applied = _hostile_inputs(built, params["hostile"])
     verdicts = {name: _judge(name, params, built, inputs, truth, tol) for name in (names or backends())}
     return CaseResult(verdicts, applied)
 
 
-def floor(dtype: str, truth: dict[str, torch.Tensor], n: str, max_logit: float) -> float:
+def floor(dtype: str, truth: dict[str, torch.Tensor], n: str, stats: dict) -> float:
     """The absolute error floor of quantity ``n`` (the rule is in ``_fuzz_cases``).
 
     * ``FLOOR_ULPS[dtype]`` ulps of the dtype at the quantity's own magnitude: the final rounding.
-    * float32 only: any float32 evaluation of a logit s is off by ~eps32·|s|, a relative error of
-      the same size in its softmax weight, so out and the gradients (whose cancellations
-      ``dP - rowsum(dO·O)`` happen at the case's largest magnitude, not at the result's) carry
-      ~eps32·max|s|·M with M the largest of out, dq, dk, dv; 4 of those allow for reordered sums.
-      For half dtypes the rounding of inputs and results dominates this, so it is left out there.
+    * float32 only, two terms a correct float32 computation carries and autograd's baseline may
+      happen to avoid. (a) A logit s is off by ~eps32·|s|, the same relative error in its softmax
+      weight: ~eps32·max|s|·M with M the largest of out, dq, dk, dv. (b) FlashAttention's backward
+      forms dS = P∘(dP - D) with D = rowsum(dO∘O): a cancellation at the size of dP = dO·vᵀ, even
+      where the exact gradient is 0 (a query that sees one key): ``_softmax_grad_noise``.
+      4 of each allow for reordered sums. For half dtypes the rounding of inputs and results
+      dominates both, so they are left out there.
     """
     def mag(t):
         return max(1.0, float(t.abs().max())) if t.numel() else 1.0
 
     f = FLOOR_ULPS[dtype] * torch.finfo(DTYPES[dtype]).eps * mag(truth[n])
     if dtype == "float32":
-        f += 4.0 * torch.finfo(torch.float32).eps * max(1.0, max_logit) * max(mag(t) for t in truth.values())
+        eps32 = torch.finfo(torch.float32).eps
+        f += 4.0 * eps32 * max(1.0, stats["max_logit"]) * max(mag(t) for t in truth.values())
+        if n in ("dq", "dk"):
+            f += 4.0 * eps32 * stats["grad_noise"][n]
     return f
+
+
+def _softmax_grad_noise(b: Built) -> dict[str, float]:
+    """Size of the D-cancellation noise in dq and dk: eps · max|dP| times how a score moves with q
+    or k (scale · max|k| for dq; scale · max|q| for dk, summed over the group's L·g queries like
+    a random walk). Cosine scores see unit vectors times tau; others the raw inputs."""
+    g = b.q.shape[1] // b.k.shape[1]
+    v = torch.repeat_interleave(b.v.double(), g, dim=1)
+    dp = float((b.d_out.double() @ v.transpose(-2, -1)).abs().max()) if v.numel() else 0.0
+    if b.oracle_score["kind"] == "cosine":
+        q_mag = k_mag = b.oracle_score["tau"]
+    else:
+        q_mag, k_mag = max(1.0, float(b.q.abs().max())), max(1.0, float(b.k.abs().max()))
+    walk = (b.q.shape[2] * g) ** 0.5
+    return {"dq": dp * b.oracle_scale * k_mag, "dk": dp * b.oracle_scale * q_mag * walk}
 
 
 def _oracle_run(b: Built, dtype: torch.dtype, round_to: torch.dtype | None = None, stats: dict | None = None) -> dict[str, torch.Tensor]:

@@ -28,6 +28,7 @@ import random
 
 LOCALES = ("en_GB", "en_US", "fr_FR", "de_DE", "es_ES", "it_IT", "pt_BR", "nl_NL", "sv_SE", "pl_PL", "fi_FI", "ro_RO")
 FORMATS = ("full", "long", "medium", "short", "weekday_medium")
+_CONSONANTS = "bcdfghjklmnpqrstvwxz"
 FILLERS = ("ref", "note", "on", "the", "date", "is", "le", "am", "el", "il", "op", "em", "den", "for", "per", "dated", "at", "via")
 
 
@@ -72,11 +73,14 @@ def make_dates(
     formats: tuple[str, ...] = FORMATS,
     length_range: tuple[int, int] = (8, 60),
     years: tuple[int, int] = (1900, 2099),
+    filler: str = "words",
 ) -> list[tuple[str, str]]:
     """``n`` (source, ISO target) pairs. Each source gets a target length drawn uniformly from
     ``length_range`` and filler words (split between before and after the date) until it reaches
     it; a date already longer than the draw stays as it is, so the shortest bucket holds the
-    compact numeric forms. Deterministic for a given ``seed``."""
+    compact numeric forms. ``filler="words"`` draws from :data:`FILLERS`; ``"random"`` makes
+    random consonant strings (no vowel, so never a month or weekday name, and no digit), which an
+    encoder cannot learn to skip as a small fixed set. Deterministic for a given ``seed``."""
     if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
         raise ValueError(f"n must be a positive int (number of pairs), got {n!r}")
     lo, hi = length_range
@@ -88,6 +92,8 @@ def make_dates(
     badf = [f for f in formats if f not in FORMATS]
     if badf:
         raise ValueError(f"formats must be among {list(FORMATS)}, got unknown {badf}")
+    if filler not in ("words", "random"):
+        raise ValueError(f"filler must be 'words' or 'random', got {filler!r}")
     combos = [(loc, f) for loc in locales for f in formats if _usable(loc, f)]
     if not combos:
         raise ValueError(f"no usable (locale, format) pair in locales={locales}, formats={formats}; add a locale other than en_US or a named-month format")
@@ -98,17 +104,17 @@ def make_dates(
         date = _dt.date.fromordinal(rng.randint(first, last))
         loc, f = combos[rng.randrange(len(combos))]
         core = format_date(date, loc, f)
-        out.append((pad_with_fillers(core, rng.randint(lo, hi), rng), date.isoformat()))
+        out.append((pad_with_fillers(core, rng.randint(lo, hi), rng, random_words=filler == "random"), date.isoformat()))
     return out
 
 
-def pad_with_fillers(core: str, target_len: int, rng: random.Random) -> str:
+def pad_with_fillers(core: str, target_len: int, rng: random.Random, *, random_words: bool = False) -> str:
     """Add filler words around ``core`` while the result stays within ``target_len`` characters."""
     before: list[str] = []
     after: list[str] = []
     length = len(core)
     for _ in range(64):  # bounded: each word adds ≥ 3 characters
-        w = FILLERS[rng.randrange(len(FILLERS))]
+        w = "".join(rng.choice(_CONSONANTS) for _ in range(rng.randint(2, 6))) if random_words else FILLERS[rng.randrange(len(FILLERS))]
         if length + len(w) + 1 > target_len:
             break
         (before if rng.random() < 0.5 else after).append(w)

@@ -48,15 +48,20 @@ MODELS = ("naive", "seasonal_naive", "dlinear", "lstm", "lstm_attention", "trans
 
 QUICK = {
     "data": "vic_elec", "target": None, "features": None, "input_len": [336], "horizon": [48], "windows": "strict",
-    "models": list(MODELS), "epochs": 3, "patience": 2, "batch_size": 64, "lr": 1e-3, "lr_dlinear": 5e-3, "lr_decay": 0.5,
+    "models": list(MODELS), "epochs": 3, "patience": 2, "batch_size": 64, "lr": 1e-3, "lr_decay": 0.5,
     "train_stride": 8, "eval_stride": 16, "width": 32, "layers": 1, "dropout": 0.1, "max_train_windows": 1536, "past_known": True,
     "seeds": 1, "overrides": {},
+    # per-model training settings over the shared ones (DLinear's paper: lr 0.005, batch 32 on ETTh1)
+    "train_overrides": {"dlinear": {"lr": 5e-3, "batch_size": 32}},
 }
 FULL = {
     **QUICK, "epochs": 30, "patience": 3, "train_stride": 1, "eval_stride": 1, "width": 64, "layers": 2,
     "max_train_windows": None, "seeds": 3,
     # PatchTST's own ETTh1 size (its scripts: 3 layers, 4 heads, d_model 16, d_ff 128, dropout 0.3)
     "overrides": {"patch_transformer": {"d_model": 16, "heads": 4, "layers": 3, "d_ff": 128, "dropout": 0.3}},
+    # chosen on ETTh1's validation split (0.7053 vs 0.7069 with the shared lr 1e-3 halving each epoch)
+    "train_overrides": {"dlinear": {"lr": 5e-3, "batch_size": 32},
+                        "patch_transformer": {"lr": 1e-3, "lr_decay": 0.8, "batch_size": 128}},
 }
 
 
@@ -117,7 +122,7 @@ def _setting(input_len: int, horizon: int) -> str:
     return f"in{input_len}_h{horizon}"
 
 
-def train_one(ctx, model, data: ForecastData, cfg: dict, tag: str, lr: float):
+def train_one(ctx, model, data: ForecastData, cfg: dict, tag: str):
     """Fit on the training windows; the monitor reads the validation split, never the test split."""
     dev = ctx.device
     model.to(dev)
@@ -130,9 +135,10 @@ def train_one(ctx, model, data: ForecastData, cfg: dict, tag: str, lr: float):
         pred, target = predict(m, data.val, device=dev)
         return {"val_mse": torch.nn.functional.mse_loss(pred, target).item()}
 
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
-    # the learning rate halves every epoch: "type1" of the Informer / Autoformer / DLinear code that
-    # produced the published ETT tables; with a constant rate DLinear ends about 0.05 MSE worse on ETTh1
+    opt = torch.optim.Adam(model.parameters(), lr=cfg["lr"])
+    # the learning rate shrinks by lr_decay each epoch; 0.5 is "type1" of the Informer / Autoformer /
+    # DLinear code behind the published ETT tables. With a constant rate DLinear's ETTh1 336 -> 96 test
+    # MSE was 0.426 here instead of 0.374 (one seed each)
     sched = torch.optim.lr_scheduler.ExponentialLR(opt, gamma=cfg["lr_decay"]) if cfg.get("lr_decay") else None
     return ctx.fit(
         model, train_data=data.train, batch_size=cfg["batch_size"], loss_fn=loss_fn, optimizer=opt,
@@ -168,8 +174,8 @@ def run_setting(ctx, series, cfg: dict, input_len: int, horizon: int) -> dict:
             model = create_forecaster(name, spec, **model_kwargs(name, cfg))
             run = {"params": sum(p.numel() for p in model.parameters()), "train_s": 0.0, "epochs": 0, "best_epoch": 0}
             if trainable:
-                lr = cfg["lr_dlinear"] if name == "dlinear" else cfg["lr"]
-                fit = train_one(ctx, model, data, cfg, f"{setting}-{name}-seed{seed}", lr)
+                train_cfg = {**cfg, **cfg.get("train_overrides", {}).get(name, {})}
+                fit = train_one(ctx, model, data, train_cfg, f"{setting}-{name}-seed{seed}")
                 run.update(train_s=fit.time_s, epochs=fit.epochs_run, best_epoch=fit.best_epoch)
             t0 = time.perf_counter()
             pred, target = predict(model, data.test, device=ctx.device)  # the one and only read of the test split

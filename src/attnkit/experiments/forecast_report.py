@@ -145,18 +145,19 @@ def reading(setting: dict, data_name: str) -> list[str]:
         a, b = models["lstm"]["mse"], models["lstm_attention"]["mse"]
         diff, noise = a["mean"] - b["mean"], max(a["std"], b["std"])
         seeds = min(models["lstm"]["seeds"], models["lstm_attention"]["seeds"])
-        if seeds < 2:
-            verdict = "with one seed there is no spread to judge the difference against"
+        pct = f"{100 * abs(diff) / a['mean']:.1f} % {'lower' if diff > 0 else 'higher'}"
+        nums = f"MSE {a['mean']:.4f} without, {b['mean']:.4f} with ({pct})"
+        if seeds < 2:  # "helped" needs a spread to beat: one seed can only say "not shown"
+            out.append(f"Temporal attention did not clearly help the LSTM: {nums}; with one seed there is no "
+                       "seed-to-seed spread to judge the difference against (run --seeds 3).")
         elif abs(diff) <= noise:
-            verdict = "the difference is within the seed-to-seed spread"
+            out.append(f"Temporal attention did not clearly help the LSTM: {nums}; the difference is within the "
+                       f"seed-to-seed spread (std up to {noise:.4f}).")
+        elif diff > 0:
+            out.append(f"Temporal attention helped the LSTM: {nums}, beyond the seed-to-seed spread (std up to {noise:.4f}).")
         else:
-            verdict = "beyond the seed-to-seed spread"
-        if diff > 0:
-            out.append(f"Temporal attention helped the LSTM: MSE {a['mean']:.4f} → {b['mean']:.4f} "
-                       f"({100 * diff / a['mean']:.1f} % lower; {verdict}).")
-        else:
-            out.append(f"Temporal attention did not help the LSTM here: MSE {a['mean']:.4f} without, {b['mean']:.4f} "
-                       f"with ({100 * -diff / a['mean']:.1f} % higher; {verdict}).")
+            out.append(f"Temporal attention did not help the LSTM here, it hurt: {nums}, beyond the seed-to-seed "
+                       f"spread (std up to {noise:.4f}).")
     for base in ("seasonal_naive", "naive"):
         if base in models:
             beat = [n for n in models if models[n]["mse"]["mean"] < models[base]["mse"]["mean"] and n != base]
@@ -164,7 +165,9 @@ def reading(setting: dict, data_name: str) -> list[str]:
             break
     att = setting.get("attention")
     if att:
-        parts = [f"{n} lag {d['lag']}: {d['weight']:.4f} ({d['ratio_to_median']:.1f}× the median lag's weight)"
+        # "stands out": at least 1.5x the weight of the median lag (a flat profile gives 1.0x)
+        parts = [f"the {n} lag {d['lag']} {'stands out' if d['ratio_to_median'] >= 1.5 else 'does not stand out'} "
+                 f"({d['weight']:.4f}, {d['ratio_to_median']:.1f}× the median lag's weight)"
                  for n, d in att["lags_of_interest"].items() if d.get("ratio_to_median") is not None]
         out.append("Attention versus lag — " + "; ".join(parts) + f"; uniform would be {att['uniform_weight']:.4f}; "
                    f"the five heaviest lags are {att['top_lags']}.")

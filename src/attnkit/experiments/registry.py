@@ -28,7 +28,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from .context import RunContext
 
 # module names under attnkit.experiments, imported lazily; a missing one is skipped
-BUILTIN: tuple[str, ...] = ("tiny", "minilm_maps", "seq2seq", "vision", "forecast")
+BUILTIN: tuple[str, ...] = ("tiny", "minilm_maps", "seq2seq", "vision", "forecast", "misconceptions_qkv",
+                            "misconceptions_explain", "misconceptions_long", "misconceptions_heads")
 
 _REGISTRY: dict[str, "Experiment"] = {}
 _IMPORT_ERRORS: dict[str, str] = {}  # module -> error, for modules that exist but fail to import

@@ -100,13 +100,14 @@ def _dates(cfg: dict) -> Seq2SeqData:
     from ..data.dates import make_dates
 
     rng = tuple(cfg["length_range"])
-    train = make_dates(cfg["n_train"], seed=1, length_range=rng)
-    valid = make_dates(cfg["n_valid"], seed=2, length_range=rng)
+    filler = cfg.get("filler", "words")
+    train = make_dates(cfg["n_train"], seed=1, length_range=rng, filler=filler)
+    valid = make_dates(cfg["n_valid"], seed=2, length_range=rng, filler=filler)
     seen = {s for s, _ in train}
-    test = [p for p in make_dates(cfg["n_test"], seed=3, length_range=rng) if p[0] not in seen]
+    test = [p for p in make_dates(cfg["n_test"], seed=3, length_range=rng, filler=filler) if p[0] not in seen]
     src_tok = CharTokenizer(s for s, _ in train)
     tgt_tok = CharTokenizer(t for _, t in train)
-    info = {"source": "babel CLDR dates", "length_range": list(rng), "train": len(train), "valid": len(valid), "test": len(test)}
+    info = {"source": "babel CLDR dates", "length_range": list(rng), "filler": filler, "train": len(train), "valid": len(valid), "test": len(test)}
     return Seq2SeqData(
         "dates", "dates", encode_pairs(train, src_tok, tgt_tok), encode_pairs(valid, src_tok, tgt_tok), test,
         encode_pairs(test, src_tok, tgt_tok), src_tok, tgt_tok, tuple(cfg.get("edges") or _date_edges(rng[1])), "characters", info,

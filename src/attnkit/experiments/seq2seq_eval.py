@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..data.tokenize import EOS, PAD, collate_pairs
+from ..data.tokenize import BOS, EOS, PAD, collate_pairs
 from ..models.decoding import beam_search, greedy_decode
 
 
@@ -119,7 +119,7 @@ def alignments(model, data, indices: list[int], device) -> list[dict]:
         src_len = torch.tensor([len(src_ids)], device=device)
         pred = greedy_decode(model, src, src_len, max_len=min(64, 2 * len(src_ids) + 10)).tokens[0].tolist()
         pred = pred[: pred.index(EOS) + 1] if EOS in pred else pred
-        tgt_in = torch.tensor([[1] + pred[:-1]], device=device)  # BOS + output: row t produced output token t
+        tgt_in = torch.tensor([[BOS] + pred[:-1]], device=device)  # BOS + output: row t produced output token t
         kwargs = {"need_weights": True} if hasattr(model, "decoder_layers") else {}
         w = model(src, src_len, tgt_in, **kwargs).alignments
         if w is None:

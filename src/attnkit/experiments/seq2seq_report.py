@@ -43,6 +43,12 @@ def _range(b: dict, unit: str) -> str:
     return f"{lo}–{hi} {unit}" if hi < 1000 else f"over {lo - 1} {unit}"
 
 
+def _change(drop: float) -> str:
+    if abs(drop) < 0.05:
+        return "no change"
+    return f"a fall of {drop:.1f} points" if drop > 0 else f"a rise of {-drop:.1f} points"
+
+
 def reading(results: dict) -> list[str]:
     """Plain-language paragraphs, every number taken from ``results``."""
     models, metric = results["models"], results["metric_names"][0]
@@ -64,18 +70,19 @@ def reading(results: dict) -> list[str]:
         )
         att = [n for n in ATTENTION_MODELS if n in drops]
         if att:
-            parts = [f"{LABELS[n]} goes from {drops[n][4]['mean']:.1f} to {drops[n][5]['mean']:.1f} ({drops[n][0]:+.1f} points of fall)" for n in att]
+            parts = [f"{LABELS[n]} goes from {drops[n][4]['mean']:.1f} to {drops[n][5]['mean']:.1f} ({_change(drops[n][0])})" for n in att]
             out.append("With attention, " + "; ".join(parts) + ".")
             overall = "; ".join(f"{LABELS[n]} {models[n]['overall'][metric]['mean']:.1f}" for n in att)
             out.append(f"Over the whole test set the fixed-vector model scores {models['rnn']['overall'][metric]['mean']:.1f}; {overall}.")
             worst = max(att, key=lambda n: drops[n][0])
             margin = drops["rnn"][0] - drops[worst][0]
             noise = drops["rnn"][1] + drops[worst][1]
+            seeds = len(models["rnn"]["overall"][metric].get("runs", [])) or 1
+            spread = f"beyond the seed spread ({noise:.1f} points)" if seeds > 1 else "from one seed only (no spread to compare with; run --seeds 3)"
             if margin > max(5.0, noise):
                 out.append(
                     f"The bottleneck shows: the fixed-vector model loses {margin:.1f} points more with length than the attention "
-                    f"model that loses most ({LABELS[worst]}), beyond the seed spread ({noise:.1f} points) — "
-                    "the shape of Bahdanau et al.'s Fig. 2."
+                    f"model that loses most ({LABELS[worst]}), {spread} — the shape of Bahdanau et al.'s Fig. 2."
                 )
             else:
                 out.append(
@@ -88,7 +95,8 @@ def reading(results: dict) -> list[str]:
         best = max(rnns, key=lambda n: rnns[n]["overall"][metric]["mean"])
         t, r = tr["overall"][metric], rnns[best]["overall"][metric]
         gap = t["mean"] - r["mean"]
-        verdict = "ahead of" if gap > t["std"] + r["std"] else "behind" if -gap > t["std"] + r["std"] else "level with (within the seed spread)"
+        bar = max(1.0, t["std"] + r["std"])  # a point, or the seed spread if larger
+        verdict = "ahead of" if gap > bar else "behind" if -gap > bar else "level with (within a point or the seed spread)"
         out.append(
             f"Overall, the Transformer scores {t['mean']:.1f} {mname} and the best recurrent model ({LABELS[best]}) {r['mean']:.1f}: "
             f"the Transformer is {verdict} it by {abs(gap):.1f} points at {tr['params']:,} versus {rnns[best]['params']:,} parameters."
@@ -110,6 +118,10 @@ def section(results: dict, out_dir, lang: str = "en"):
         html.append(f"<p><b>{esc(METRIC_LABELS.get(m, m))}</b> by source length (mean ± std over seeds)</p>" + table(header, rows))
     rows = [[LABELS.get(n, n), r["width"], f"{r['params']:,}", f"{100 * (r['params'] / results['budget'] - 1):+.1f} %", _fmt(r["train_time_s"], 0)] for n, r in results["models"].items()]
     html.append(table(["model", "width", "parameters", "vs budget", "training time (s)"], rows))
+    if results.get("examples"):
+        names = list(results["models"])
+        rows = [[e["source"], e["reference"]] + [e.get(n, "") for n in names] for e in results["examples"]]
+        html.append("<p>Test sentences (greedy outputs of the first seed):</p>" + table(["source", "reference"] + [LABELS.get(n, n) for n in names], rows))
     html.append(f"<p class='note'>Data: {esc(results['data'])}</p>")
     for img in ["metric_vs_length.png", "training_curves.png"] + [f"alignments_{n}.png" for n in results["models"]]:
         if (run_dir / img).is_file():

@@ -304,6 +304,9 @@ def section(results, out_dir, lang: str = "en"):
                      f"{100 * v['delta_acc']:+.2f} ({v['label']})" if v else "—", f"{m['params']:,}", f"{m['flops'] / 1e6:.2f}",
                      f"{m['train_time_s']['mean']:.1f}", f"{m['images_per_s']['mean']:.0f}"])
     parts.append(table(["model", "test accuracy %", "Δ vs ResNet (points)", "parameters", "MFLOPs / image", "train s", "train images/s"], rows))
+    parts.append("<p>Times are the wall-clock seconds of each model's training in this run (mean over seeds); other programs "
+                 "running at the same time inflate them, so compare them only within a run on an otherwise idle machine. "
+                 "FLOPs: one image's forward pass, counted by torch.utils.flop_counter.</p>")
     pub = results.get("published", PUBLISHED)
     base = next((r["top1"] for r in pub["rows"] if r["model"] == "resnet"), None)
     parts.append(f"<p>Published, for scale (not our numbers): {esc(pub['source'])}.</p>")

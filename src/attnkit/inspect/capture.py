@@ -50,6 +50,24 @@ from ..core.tiles import TileState
 from .metrics import RowSummary, RowSummaryAccumulator, row_summaries_from_weights
 
 RECORD_MODES = ("auto", "weights", "summaries", "reports")
+
+
+class LayerTuple(tuple):
+    """A tuple of per-layer entries that also knows each entry's real layer index (``.layers``).
+
+    ``capture(model, layers=[0, 5])`` records two layers; ``rec.attentions[1]`` is layer 5,
+    and :func:`~attnkit.inspect.classify_heads`, the plots and the viewer read ``.layers`` so
+    that their rows and labels say 5, not 1. A plain tuple everywhere else.
+    """
+
+    layers: tuple[int, ...]
+
+    def __new__(cls, items, layers):
+        self = super().__new__(cls, items)
+        self.layers = tuple(int(i) for i in layers)
+        if len(self.layers) != len(self):
+            raise ValueError(f"layers must give one index per entry: {len(self)} entries, {len(self.layers)} indices")
+        return self
 #: Default cap on B·H·L·S for recording dense weights of one call (2**22 floats = 16 MiB in fp32).
 MAX_ELEMENTS = 2**22
 #: Default cap on the elements of one score tile of the tiled summary pass.
@@ -128,11 +146,31 @@ class Recorder:
         keyed = sorted((k, r) for k, r in latest.items() if not isinstance(k, tuple))
         return [r for _, r in keyed] + [r for k, r in latest.items() if isinstance(k, tuple)]
 
-    @property
-    def attentions(self) -> tuple[Tensor, ...]:
-        """Weights (B, H', L, S) of the latest call of each layer, in layer order."""
+    def _layer_ids(self, latest: list[CapturedCall]) -> list[int]:
+        # calls outside any listed module (layer None) get the indices after the last real layer
+        known = [r.layer for r in latest if r.layer is not None]
+        nxt = 1 + max(known, default=len(self.modules) - 1)
         out = []
-        for r in self._latest():
+        for r in latest:
+            if r.layer is None:
+                out.append(nxt)
+                nxt += 1
+            else:
+                out.append(r.layer)
+        return out
+
+    @property
+    def layers(self) -> list[int]:
+        """The real layer index of each entry of :attr:`attentions` / :attr:`summaries`."""
+        return self._layer_ids(self._latest())
+
+    @property
+    def attentions(self) -> LayerTuple:
+        """Weights (B, H', L, S) of the latest call of each layer, in layer order; ``.layers``
+        holds each entry's real layer index (``capture(..., layers=[0, 5])`` gives (0, 5))."""
+        out = []
+        latest = self._latest()
+        for r in latest:
             if r.weights is None:
                 raise ValueError(
                     f"layer {r.layer} ({r.name}) recorded {'a row summary' if r.summary is not None else 'only a report'}, "
@@ -140,12 +178,14 @@ class Recorder:
                     "raise max_elements or use rec.summaries"
                 )
             out.append(r.weights)
-        return tuple(out)
+        return LayerTuple(out, self._layer_ids(latest))
 
     @property
-    def summaries(self) -> tuple[RowSummary, ...]:
-        """Row summaries of the latest call of each layer (derived from weights where recorded)."""
-        return tuple(r.row_summary() for r in self._latest())
+    def summaries(self) -> LayerTuple:
+        """Row summaries of the latest call of each layer (derived from weights where recorded);
+        ``.layers`` as for :attr:`attentions`."""
+        latest = self._latest()
+        return LayerTuple([r.row_summary() for r in latest], self._layer_ids(latest))
 
     @property
     def reports(self) -> list[Report]:

@@ -150,8 +150,14 @@ class HeadSummary:
     )
 
     @property
+    def layers(self) -> list[int]:
+        """The real layer indices present, ascending (``[0, 5]`` after ``capture(..., layers=[0, 5])``)."""
+        return sorted({s.layer for s in self.stats})
+
+    @property
     def num_layers(self) -> int:
-        return 1 + max((s.layer for s in self.stats), default=-1)
+        """How many layers were classified (rows of :meth:`labels` and :meth:`metric`)."""
+        return len(self.layers)
 
     @property
     def num_heads(self) -> int:
@@ -168,13 +174,14 @@ class HeadSummary:
         for s in self.stats:
             if (s.layer, s.head) == tuple(key):
                 return s
-        raise KeyError(f"no head (layer, head) = {key!r}; have {self.num_layers} layers x {self.num_heads} heads")
+        raise KeyError(f"no head (layer, head) = {key!r}; have layers {self.layers} x {self.num_heads} heads")
 
     def labels(self) -> list[list[str]]:
-        """Labels as ``labels()[layer][head]``."""
-        out: list[list[str]] = [[] for _ in range(self.num_layers)]
+        """Labels as ``labels()[row][head]``, one row per entry of :attr:`layers` (row i = layer ``layers[i]``)."""
+        row = {layer: i for i, layer in enumerate(self.layers)}
+        out: list[list[str]] = [[] for _ in row]
         for s in self.stats:
-            out[s.layer].append(s.label)
+            out[row[s.layer]].append(s.label)
         return out
 
     def counts(self) -> dict[str, int]:
@@ -188,10 +195,11 @@ class HeadSummary:
         """A (layers, max heads) float64 tensor of one numeric column; NaN where a layer has fewer heads."""
         if name not in self.METRICS:
             raise ValueError(f"name must be one of {', '.join(self.METRICS)}; got {name!r}")
+        row = {layer: i for i, layer in enumerate(self.layers)}
         out = torch.full((self.num_layers, self.num_heads), math.nan, dtype=torch.float64)
         for s in self.stats:
             value = getattr(s, name)
-            out[s.layer, s.head] = math.nan if value is None else value
+            out[row[s.layer], s.head] = math.nan if value is None else value
         return out
 
     def columns(self) -> list[str]:
@@ -291,6 +299,19 @@ def _stack_layers(attentions) -> list[Tensor]:
     return layers
 
 
+def _layer_ids(attentions, layers) -> list[int]:
+    # capture(...).attentions carries the real indices; a plain list/tensor counts 0, 1, ...
+    ids = getattr(attentions, "layers", None) if layers is None else layers
+    if ids is None:
+        n = attentions.shape[0] if isinstance(attentions, Tensor) else len(attentions) if isinstance(attentions, Sequence) else 0
+        return list(range(n))
+    if isinstance(ids, (str, bytes)) or not isinstance(ids, Sequence) or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
+        raise TypeError(f"layers must be a sequence of non-negative ints (one real layer index per entry); got {ids!r}")
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"layers must not repeat an index; got {list(ids)}")
+    return list(ids)
+
+
 def classify_heads(
     attentions: Sequence[Tensor] | Tensor,
     *,
@@ -299,6 +320,7 @@ def classify_heads(
     special_keys: Tensor | None = None,
     offset: int = 0,
     thresholds: HeadThresholds | None = None,
+    layers: Sequence[int] | None = None,
 ) -> HeadSummary:
     """Label every (layer, head) by the simplest pattern that explains where its mass goes.
 
@@ -337,11 +359,16 @@ def classify_heads(
         special_keys: bool (B, S) marking [CLS]/[SEP]-like keys for ``special_mass``.
         offset: query i sits at key position ``i + offset`` (see :func:`mean_attention_distance`).
         thresholds: a :class:`HeadThresholds`; None for the defaults.
+        layers: the real layer index of each entry of ``attentions`` (the rows' ``layer``);
+            None = ``attentions.layers`` when it has one (``capture(...).attentions`` does), else 0, 1, ...
 
     Returns:
         a :class:`HeadSummary` with one :class:`HeadStats` per (layer, head).
     """
+    layer_ids = _layer_ids(attentions, layers)
     layers = _stack_layers(attentions)
+    if len(layer_ids) != len(layers):
+        raise ValueError(f"layers must give one index per layer of attentions ({len(layers)}); got {len(layer_ids)}: {list(layer_ids)}")
     thresholds = HeadThresholds() if thresholds is None else thresholds
     if not isinstance(thresholds, HeadThresholds):
         raise TypeError(f"thresholds must be a HeadThresholds; got {type(thresholds).__name__}")
@@ -393,5 +420,5 @@ def classify_heads(
                 special_mass=None if special is None else float(special[h]),
             )
             label, reason = thresholds.label(numbers)
-            stats.append(HeadStats(layer=li, head=h, label=label, reason=reason, **numbers))
+            stats.append(HeadStats(layer=layer_ids[li], head=h, label=label, reason=reason, **numbers))
     return HeadSummary(stats=tuple(stats), thresholds=thresholds)

@@ -187,7 +187,10 @@ def plot_heads_grid(
         cell_size: inches per small heatmap.
         path: write a PNG here.
     """
+    # capture(...).attentions knows each entry's real layer index; the row labels show it
+    real = getattr(attentions, "layers", None)
     attentions = as_layer_list(attentions)
+    real = list(range(len(attentions))) if real is None else list(real)
     data = [_one_sequence(a, index, f"attentions[{i}]") for i, a in enumerate(attentions)]
     L, S = data[0].shape[-2:]
     for i, a in enumerate(data):
@@ -222,7 +225,7 @@ def plot_heads_grid(
             if r == 0:
                 ax.set_title(f"head {hi}", fontsize=8)
             if c == 0:
-                ax.set_ylabel(f"layer {li}", fontsize=8)
+                ax.set_ylabel(f"layer {real[li]}", fontsize=8)
                 if show_labels:
                     ax.set_yticks(range(L), labels, fontsize=5)
             if r == rows - 1 and show_labels:
@@ -257,14 +260,15 @@ def plot_diagnostics(
     finite = values[np.isfinite(values)]
     vmax = 1.0 if metric == "entropy" else (float(finite.max()) if finite.size else 1.0)
     im = ax.imshow(values, cmap=cmap, vmin=0.0, vmax=max(vmax, 1e-12), interpolation="nearest", aspect="auto")
+    row = {layer: i for i, layer in enumerate(summary.layers)}  # real layer index -> image row
     for s in summary:
-        value = values[s.layer, s.head]
+        value = values[row[s.layer], s.head]
         # Dark text on the bright end of viridis, light text elsewhere.
         bright = np.isfinite(value) and value > 0.6 * vmax
-        ax.text(s.head, s.layer, LABEL_CODES.get(s.label, "?"), ha="center", va="center",
+        ax.text(s.head, row[s.layer], LABEL_CODES.get(s.label, "?"), ha="center", va="center",
                 fontsize=8, color="black" if bright else "white")
     ax.set_xticks(range(n_heads))
-    ax.set_yticks(range(n_layers))
+    ax.set_yticks(range(n_layers), [str(layer) for layer in summary.layers])
     ax.set_xlabel("head")
     ax.set_ylabel("layer")
     ax.set_title(metric.replace("_", " "))

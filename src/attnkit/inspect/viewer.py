@@ -221,6 +221,9 @@ def render_html(
         the HTML document as a string.
     """
     layers = _layers(attentions, index)
+    # capture(...).attentions carries each entry's real layer index: the page names layers by it
+    layer_ids = getattr(attentions, "layers", None)
+    layer_ids = list(range(len(layers))) if layer_ids is None else [int(i) for i in layer_ids]
     _, L, S = layers[0].shape
     if isinstance(decimals, bool) or not isinstance(decimals, int) or not 1 <= decimals <= 6:
         raise ValueError(f"decimals must be an int in [1, 6]; got {decimals!r}")
@@ -253,6 +256,7 @@ def render_html(
         "keys": keys,
         # w[layer][head][query][key] as integers: weight = value / 10**decimals.
         "layers": [np.rint(a * scale).astype(np.int64).tolist() for a in layers],
+        "layer_ids": layer_ids,  # real layer index of each entry of "layers"
         "patch": None,
         "series": None,
         "diagnostics": None,

@@ -83,10 +83,10 @@ class _FeedForwardLayer(nn.Module):
 
     def _copy_torch(self, layer, attn_names: tuple[str, ...]) -> None:
         own = {k: v for k, v in layer.state_dict().items() if not any(k.startswith(n + ".") for n in attn_names)}
-        missing = self.load_state_dict(own, strict=False)
-        unexpected = [k for k in missing.unexpected_keys]
-        if unexpected:  # pragma: no cover - torch renamed a parameter
-            raise ValueError(f"from_torch: torch layer has parameters attnkit's layer lacks: {unexpected}")
+        result = self.load_state_dict(own, strict=False)
+        stray = result.unexpected_keys + [k for k in result.missing_keys if not k.startswith(attn_names)]
+        if stray:  # pragma: no cover - torch renamed a parameter
+            raise ValueError(f"from_torch: the torch layer's parameters do not map onto attnkit's: {stray}")
         for name in attn_names:
             getattr(self, name).load_state_dict(MultiHeadAttention.from_torch(getattr(layer, name)).state_dict())
 

@@ -1,4 +1,4 @@
-"""Report section: the quick backend benchmark, run now, next to the committed full ("must") results.
+"""Pieces of the cost section: the quick backend benchmark's rows, and the committed full ("must") results.
 
 The quick suite (n = 2,048, fp32, ~30 s on 2 cores) shows the shape of the story: SDPA wins on
 plain and causal attention, the blockwise backend wins once a mask or bias has to be a dense
@@ -8,7 +8,6 @@ tens of minutes, so the report quotes its committed JSON instead of rerunning it
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from .committed import committed
@@ -51,32 +50,7 @@ def _headline(summary: dict) -> str:
     return html
 
 
-def bench_section(out: Path) -> str:
-    from ..bench import run_bench
-
-    result = run_bench(quick=True, out_dir=out / "bench", log=lambda *a: None)
-    html = (
-        "<p>Measured now, suite <code>quick</code>: B=1, H=8, E=64, n=2,048, fp32; median of 3 runs, each "
-        "measurement in a fresh subprocess; <em>peak</em> is resident memory above the inputs. The SDPA "
-        "baseline is given the dense mask or bias a user would build (build time included). "
-        "<em>auto → chosen</em> shows what dispatch picked.</p>"
-    )
-    html += table(["mask/bias", "backend", "chosen", "median ms", "peak MiB", "speed vs SDPA"], _quick_rows(result))
-    png = out / "bench" / "attention_quick.png"
-    if png.exists():
-        html += png_img(png, "quick benchmark")
-    full = committed("attention.json")
-    if full is not None:
-        committed_result = json.loads(full.read_text())
-        html += "<h3>The full comparison (committed <code>benchmarks/results/attention.json</code>, <code>attnkit bench</code>)</h3>"
-        html += _headline(committed_result.get("summary", {}))
-    sweep = committed("attention_full.json")
-    if sweep is not None:
-        html += _sweep(json.loads(sweep.read_text()))
-    return html
-
-
-def _sweep(result: dict) -> str:
+def _sweep(result: dict, root: Path | None = None) -> str:
     """The whole sweep (n × dtype × mask × bias) as the grid PNG, and how often auto chose well."""
     from ..bench import auto_choices
 
@@ -91,5 +65,5 @@ def _sweep(result: dict) -> str:
             f"n={m['n']} {m['dtype']} {m['mask']}/{m['bias']}: chose {m['chosen']}, {m['chosen_over_fastest']:.2f}× the fastest ({m['fastest']})"
             for m in a["misses"])) + "."
     html += "</p>"
-    png = committed("attention_full.png")
+    png = committed("attention_full.png", root)
     return html + (png_img(png, "full sweep") if png else "")

@@ -1,8 +1,10 @@
-"""``attnkit report``: run every experiment at its quick default and write one HTML page.
+"""``attnkit report``: run the story's sections (or reuse their cache) and write one HTML page.
 
-Each section is a function returning HTML; a section that fails is shown as failed with its error
-(the rest of the report still gets written), because an hour of experiments should not be lost to
-one broken plot.
+Each section (:class:`.story.StorySection`) first measures (``compute``, cached by a hash of its
+inputs and code, see :mod:`.cache`), then writes its prose in the page's language (``render``).
+A section that fails is shown on the page with its error, the rest of the page is still written
+(an hour of experiments should not be lost to one broken plot), and :func:`report_command`
+returns 1. A progress line per section says what runs now and how long the rest should take.
 """
 
 from __future__ import annotations
@@ -10,68 +12,170 @@ from __future__ import annotations
 import platform
 import time
 import traceback
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 import torch
 
-from .experiments_section import DEFAULT_RUNS, experiment_sections
+from . import cache
 from .html import esc, page
+from .i18n import check_lang, label, tr
+from .story import SIZES, SectionContext, StorySection, legacy
 
-# (title, fn(out) -> html); fn may instead return an object with .title and .html (an experiment's
-# Section) whose title then replaces the planned one
-Section = tuple[str, Callable[[Path], object]]
-
-
-def default_sections(runs: str | Path = DEFAULT_RUNS, run_missing: bool = False) -> list[Section]:
-    """Every section, cheapest first, then one per registered experiment (from its latest results
-    under ``runs``, see :mod:`.experiments_section`). A section whose optional extra (matplotlib,
-    transformers and the MiniLM package) is missing shows its ImportError in the page; the rest is
-    still written."""
-    from .backends_section import attention_map_section, backends_section
-    from .bench_section import bench_section
-    from .decoding_section import decoding_section
-    from .ring_section import ring_section
-
-    return [
-        ("Backends and dispatch", lambda out: backends_section()),
-        ("A small attention map", lambda out: attention_map_section()),
-        ("Backend benchmark (quick)", bench_section),
-        ("Decoding with a KV cache", decoding_section),
-        ("Ring attention across processes (torchrun, gloo)", ring_section),
-        *experiment_sections(runs, run_missing=run_missing),
-    ]
+DEFAULT_OUT = Path("report")
 
 
-def build_report(out_dir: str | Path, sections: list[Section] | None = None, *, log=print,
-                 runs: str | Path | None = None, run_missing: bool = False) -> Path:
-    """Write ``out_dir/index.html``; ``runs`` is where experiment results are read (default ``runs/``);
-    ``run_missing`` runs the quick configuration of experiments that have none there."""
+@dataclass
+class ReportRun:
+    """What :func:`write_report` did: the page, and per section id whether it failed, was cached, took."""
+
+    path: Path
+    failed: list[str] = field(default_factory=list)
+    cached: list[str] = field(default_factory=list)
+    seconds: dict = field(default_factory=dict)
+
+
+def default_sections(runs: str | Path = "runs", run_missing: bool = True) -> list[StorySection]:
+    """The story, in the order of the page (see :mod:`.sections`)."""
+    from .sections import story
+
+    return story()
+
+
+def _as_story(sections) -> list[StorySection]:
+    return [s if isinstance(s, StorySection) else legacy(*s) for s in sections]
+
+
+def _fmt_s(s: float) -> str:
+    return f"{s / 60:.0f} min {s % 60:02.0f} s" if s >= 60 else f"{s:.0f} s"
+
+
+def _key(sec: StorySection, ctx: SectionContext) -> str | None:
+    if not sec.cache:
+        return None
+    return cache.section_key(sec.id, {"size": ctx.size, **sec.inputs(ctx)}, sec.modules + ("attnkit.report.story",))
+
+
+def write_report(
+    out_dir: str | Path = DEFAULT_OUT,
+    sections: list | None = None,
+    *,
+    lang: str = "en",
+    force: bool = False,
+    size: str = "quick",
+    runs: str | Path | None = None,
+    run_missing: bool = True,
+    bench_results: str | Path | None = "benchmarks/results",
+    overrides: dict | None = None,
+    log: Callable[[str], None] = print,
+) -> ReportRun:
+    """Compute (or reuse) every section and write ``out_dir/index.html`` in ``lang``.
+
+    ``bench_results`` is the folder of committed benchmark results that the cost sections quote
+    (default ``benchmarks/results`` of the current folder: a source checkout; None or a missing
+    folder leaves those parts out). ``size="tiny"`` shrinks every measurement to seconds (tests).
+    ``overrides`` maps an experiment name to config overrides for runs the report starts.
+    """
+    check_lang(lang)
+    if size not in SIZES:
+        raise ValueError(f"size must be one of {', '.join(SIZES)}, got {size!r}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    rendered = []
-    if sections is not None:
-        secs = sections
-    else:
-        secs = default_sections() if runs is None and not run_missing else default_sections(runs or DEFAULT_RUNS, run_missing)
-    for i, (title, fn) in enumerate(secs, 1):
-        log(f"[{i}/{len(secs)}] {title} ...")
+    bench = Path(bench_results) if bench_results is not None and Path(bench_results).is_dir() else None
+    ctx = SectionContext(out=out, size=size, runs=Path(runs or "runs"), bench_results=bench,
+                         overrides=dict(overrides or {}), run_missing=run_missing)
+    secs = _as_story(default_sections() if sections is None else sections)
+    summary = next((s for s in secs if s.id == "summary"), None)
+    secs = [s for s in secs if s.id != "summary"]
+
+    run = ReportRun(path=out / "index.html")
+    rendered: list[tuple[str, str, str, bool]] = []  # (id, heading, body, failed)
+    done_s = est_done = 0.0
+    n = len(secs) + (summary is not None)
+    for i, sec in enumerate(secs, 1):
         t0 = time.perf_counter()
+        heading = sec.heading(lang)
+        left = sum(s.est_s.get(size, 5.0) for s in secs[i - 1:])
+        # how this machine compares with the estimates, once enough has run to tell (clamped: one odd section must not swing it)
+        speed = min(4.0, max(0.5, done_s / est_done)) if est_done >= 30 else 1.0
         try:
-            body = fn(out)
-            if hasattr(body, "html") and hasattr(body, "title"):
-                title, body = body.title, body.html
+            key = _key(sec, ctx)
+            data = None if force or key is None else cache.load(out, sec.id, key)
+            if data is not None:
+                log(f"[{i}/{n}] {heading}: {label('en', 'cached')}")
+                run.cached.append(sec.id)
+            else:
+                log(f"[{i}/{n}] {heading} ... (about {_fmt_s(sec.est_s.get(size, 5.0) * speed)}; "
+                    f"ETA for the rest {_fmt_s(left * speed)})")
+                data = sec.compute(ctx)
+                if key is not None:
+                    files = [f for f in data.get("_files", [])]
+                    cache.store(out, sec.id, key, data, files)
+                est_done += sec.est_s.get(size, 5.0)
+                done_s += time.perf_counter() - t0
+            ctx.data[sec.id] = data
+            if data.get("title"):
+                heading = data["title"]
+            body = _frame(sec, lang) + sec.render(data, ctx, lang)
+            bad = False
             status = f"done in {time.perf_counter() - t0:.1f} s"
         except Exception as e:  # keep the other sections: show the failure in the page
-            body = f'<p class="fail">This section failed: {esc(type(e).__name__)}: {esc(e)}</p><pre>{esc(traceback.format_exc())}</pre>'
+            body = (f'<p class="fail">{esc(label(lang, "failed"))}: {esc(type(e).__name__)}: {esc(e)}</p>'
+                    f"<pre>{esc(traceback.format_exc())}</pre>")
+            bad = True
+            run.failed.append(sec.id)
             status = f"FAILED ({type(e).__name__}: {e})"
-        log(f"[{i}/{len(secs)}] {title}: {status}")
-        rendered.append((title, body))
+        run.seconds[sec.id] = round(time.perf_counter() - t0, 2)
+        log(f"[{i}/{n}] {heading}: {status}")
+        rendered.append((sec.id, heading, body, bad))
+    if summary is not None:
+        try:
+            body = _frame(summary, lang) + summary.render({}, ctx, lang)
+            rendered.append((summary.id, summary.heading(lang), body, False))
+        except Exception as e:
+            run.failed.append(summary.id)
+            rendered.append((summary.id, summary.heading(lang),
+                             f'<p class="fail">{esc(label(lang, "failed"))}: {esc(type(e).__name__)}: {esc(e)}</p>', True))
+        log(f"[{n}/{n}] {summary.heading(lang)}: " + ("FAILED" if summary.id in run.failed else "done"))
     intro = (
-        f'<p class="note">attnkit report · torch {esc(torch.__version__)} · Python {esc(platform.python_version())} · '
+        f'<p class="note">attnkit report · {esc(size)} · torch {esc(torch.__version__)} · Python {esc(platform.python_version())} · '
         f"{esc(platform.machine())}, {torch.get_num_threads()} threads · {time.strftime('%Y-%m-%d %H:%M:%S')}</p>"
+        + tr(lang, "<p>Each section says which question it answers and how to read its figure; every number in the "
+                   "prose is generated from the measurements of this run (or from the files it names).</p>",
+             "<p>每一节先说明它回答的问题和如何读图；正文中的每个数字都由本次运行的测量结果（或注明的文件）生成。</p>")
     )
-    path = out / "index.html"
-    path.write_text(page("attnkit report", rendered, intro=intro), encoding="utf-8")
-    log(f"wrote {path}")
-    return path
+    run.path.write_text(page(label(lang, "title"), [(h, b) for _, h, b, _ in rendered], intro=intro, lang=lang,
+                             ids=[i for i, _, _, _ in rendered], failed=[f for *_, f in rendered],
+                             contents=label(lang, "contents")), encoding="utf-8")
+    log(f"wrote {run.path}" + (f"; {len(run.failed)} section(s) FAILED: {', '.join(run.failed)}" if run.failed else ""))
+    return run
+
+
+def _frame(sec: StorySection, lang: str) -> str:
+    """The question the section answers and how to read it, above its numbers."""
+    q, r = (sec.question[1], sec.how_to_read[1]) if lang == "zh" else (sec.question[0], sec.how_to_read[0])
+    html = f'<p class="q"><b>{esc(label(lang, "question"))}:</b> {q}</p>' if q else ""
+    return html + (f'<p class="read"><b>{esc(label(lang, "read"))}:</b> {r}</p>' if r else "")
+
+
+def build_report(out_dir: str | Path, sections: list | None = None, *, log=print, runs: str | Path | None = None,
+                 run_missing: bool = True, lang: str = "en", force: bool = False, **kw) -> Path:
+    """Write ``out_dir/index.html`` and return its path (see :func:`write_report`)."""
+    return write_report(out_dir, sections, log=log, runs=runs, run_missing=run_missing, lang=lang, force=force, **kw).path
+
+
+def report_command(out: str | Path = DEFAULT_OUT, *, runs=None, run_missing: bool = False, lang: str = "en",
+                   force: bool = False) -> int:
+    """``attnkit report``: 0 when every section ran, 1 when any failed (the page is written either way)."""
+    import sys
+
+    from ..experiments.runner import SetupError, check_out
+
+    try:
+        check_out(out)  # an unwritable --out fails before minutes of work
+    except SetupError as e:
+        print(f"attnkit report: {e}", file=sys.stderr)
+        return 2
+    run = write_report(out, runs=runs, lang=lang, force=force, run_missing=True)
+    return 1 if run.failed else 0

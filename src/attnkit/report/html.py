@@ -60,17 +60,33 @@ def png_img(path: str | Path, alt: str = "") -> str:
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
 h1{font-size:1.6em} h2{border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:2em}
-table{border-collapse:collapse;margin:1em 0;font-size:.9em} td,th{border:1px solid #ccc;padding:.3em .6em;text-align:left;vertical-align:top}
+table{border-collapse:collapse;margin:1em 0;font-size:.9em;max-width:100%} td,th{border:1px solid #ccc;padding:.3em .6em;text-align:left;vertical-align:top;overflow-wrap:anywhere}
 th{background:#f4f4f4} code,pre{background:#f6f6f6;padding:.1em .3em} pre{padding:.8em;overflow:auto}
-.note{color:#555;font-size:.9em} .fail{color:#b00} .ok{color:#070} nav a{margin-right:1em}
+.note{color:#555;font-size:.9em} .fail{color:#b00} .ok{color:#070} nav a{margin-right:1em;display:inline-block}
+.q{background:#eef5fb;border-left:4px solid #1f77b4;padding:.4em .8em;margin:.6em 0}
+.read{background:#f7f7f2;border-left:4px solid #999;padding:.4em .8em;margin:.6em 0}
+.notice{background:#fff6e0;border-left:4px solid #e0a000;padding:.4em .8em}
+dl.cols dt{font-weight:600;display:inline} dl.cols dd{display:inline;margin:0 1em 0 .3em}
 """
 
 
-def page(title: str, sections: Sequence[tuple[str, str]], *, intro: str = "") -> str:
-    """The whole document: a title, a table of contents, and each (heading, html body) section."""
-    nav = "".join(f'<a href="#s{i}">{esc(h)}</a>' for i, (h, _) in enumerate(sections))
-    body = "".join(f'<section id="s{i}"><h2>{esc(h)}</h2>{b}</section>' for i, (h, b) in enumerate(sections))
+def page(title: str, sections: Sequence[tuple[str, str]], *, intro: str = "", lang: str = "en",
+         ids: Sequence[str] | None = None, failed: Sequence[bool] | None = None, contents: str = "") -> str:
+    """The whole document: a title, a table of contents, and each (heading, html body) section.
+
+    ``ids`` names each ``<section>`` (``data-section``, the anchors); ``failed`` marks sections whose
+    body is an error (``data-failed="1"``), so a test or a reader can find them.
+    """
+    ids = list(ids) if ids is not None else [f"s{i}" for i in range(len(sections))]
+    failed = list(failed) if failed is not None else [False] * len(sections)
+    nav = "".join(f'<a href="#{esc(i)}">{esc(h)}</a>' for i, (h, _) in zip(ids, sections))
+    body = "".join(
+        f'<section id="{esc(i)}" data-section="{esc(i)}" data-failed="{int(bad)}"><h2>{esc(h)}</h2>{b}</section>'
+        for i, bad, (h, b) in zip(ids, failed, sections)
+    )
     return (
-        f"<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{esc(title)}</title>"
-        f"<style>{_CSS}</style></head><body><h1>{esc(title)}</h1>{intro}<nav>{nav}</nav>{body}</body></html>"
+        f"<!doctype html><html lang=\"{esc(lang)}\"><head><meta charset=\"utf-8\">"
+        f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{esc(title)}</title>"
+        f"<style>{_CSS}</style></head><body><h1>{esc(title)}</h1>{intro}"
+        f"<nav aria-label=\"{esc(contents or 'contents')}\">{nav}</nav>{body}</body></html>"
     )

@@ -28,15 +28,15 @@ def _torchrun(world_size: int, out_json: Path, timeout: float = 180.0) -> dict:
     return json.loads(out_json.read_text())
 
 
-def _memory_rows() -> list[list[object]]:
-    path = committed("ring_memory.json")
+def _memory_rows(root: Path | None = None) -> list[list[object]]:
+    path = committed("ring_memory.json", root)
     if path is None:
         return []
     rows = json.loads(path.read_text())["rows"]
     return [[r["mode"], r["method"], r["world_size"], f"{r['max_peak_mib']:.0f}"] for r in rows]
 
 
-def ring_section(out: Path) -> str:
+def ring_section(out: Path, root: Path | None = None) -> str:
     folder = out / "ring"
     folder.mkdir(parents=True, exist_ok=True)
     runs = [_torchrun(w, folder / f"ring_w{w}.json") for w in (2, 4)]
@@ -51,7 +51,7 @@ def ring_section(out: Path) -> str:
         [[r["world_size"], r["shard_len"], f"{r['max_abs_out_diff']:.1e}", f"{r['max_abs_dq_diff']:.1e}",
           f"{r['rank0_seconds_fwd_bwd']:.2f}"] for r in runs],
     )
-    mem = _memory_rows()
+    mem = _memory_rows(root)
     if mem:
         html += ("<h3>Per-rank peak memory, n = 8,192, B=1, H=8, E=64, fp32 (committed "
                  "<code>benchmarks/results/ring_memory.json</code>)</h3><p>Measured in fresh processes; "

@@ -38,6 +38,8 @@
     return "rgba(" + (n >> 16) + "," + ((n >> 8) & 255) + "," + (n & 255) + "," + a + ")";
   }
   function numHeads(layer) { return data.layers[layer].length; }
+  // real layer index of entry l (capture(..., layers=[0, 5]) records entries 0, 1 = layers 0, 5)
+  function layerId(l) { return data.layer_ids ? data.layer_ids[l] : l; }
   function heads() {
     if (state.head === "all") {
       var out = [];
@@ -84,7 +86,7 @@
   }
   function initControls() {
     var layers = [];
-    for (var l = 0; l < data.layers.length; l++) { layers.push([l, "layer " + l]); }
+    for (var l = 0; l < data.layers.length; l++) { layers.push([l, "layer " + layerId(l)]); }
     fillSelect($("ak-layer"), layers, state.layer);
     fillHeadSelect();
     $("ak-layer").addEventListener("change", function (ev) {
@@ -456,7 +458,7 @@
       });
       if (li >= 0 && hi >= 0) {
         row.addEventListener("click", function () {
-          var layer = r[li], head = r[hi];
+          var layer = data.layer_ids ? data.layer_ids.indexOf(r[li]) : r[li], head = r[hi];
           if (layer < 0 || layer >= data.layers.length || head < 0 || head >= numHeads(layer)) { return; }
           state.layer = layer;
           state.head = head;
@@ -475,7 +477,7 @@
     if (li < 0 || hi < 0) { return; }
     var rows = $("ak-diag").querySelectorAll("tbody tr");
     data.diagnostics.rows.forEach(function (r, k) {
-      rows[k].classList.toggle("ak-selected", r[li] === state.layer && r[hi] === state.head);
+      rows[k].classList.toggle("ak-selected", r[li] === layerId(state.layer) && r[hi] === state.head);
     });
   }
 

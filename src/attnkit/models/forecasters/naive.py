@@ -8,8 +8,6 @@ Shape legend: B batch, T_in input length, T_out horizon, C_in / C_out channels.
 
 from __future__ import annotations
 
-import torch
-
 from .base import Forecaster, ForecastSpec
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from .bench import BACKENDS, BIASES, MASKS
+from .suites import BACKENDS, BIASES, MASKS
 
 
 _SHORT = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "float64": "fp64"}

@@ -32,11 +32,10 @@ from pathlib import Path
 
 import torch
 
-B, H, E = 1, 8, 64
-WINDOW = 256
-MASKS = ("none", "causal", "sliding256", "document")
-BIASES = ("none", "alibi", "t5")
-BACKENDS = ("reference", "sdpa", "blockwise", "auto", "linear")
+from .suites import B, BACKENDS, BIASES, E, H, MASKS, WINDOW, _skip_reason, suite_specs  # noqa: F401
+
+# runs land here unless --out names another folder; benchmarks/results/ holds the committed numbers
+DEFAULT_OUT = "runs/bench"
 
 
 # the work of one measurement (runs inside the worker subprocess) ----------------------------------
@@ -200,7 +199,7 @@ def _call(qkv, mask, bias, backend, grad, n, dout=None):
 # the driver ---------------------------------------------------------------------------------------
 def _spawn(spec: dict, timeout: float) -> dict:
     env = dict(os.environ)
-    src = str(Path(__file__).resolve().parent.parent)
+    src = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
     try:
         p = subprocess.run(
@@ -238,60 +237,6 @@ def attended_pairs(mask: str, n: int) -> int:
     if mask == "document":
         return int((torch.bincount(_doc_ids(n)).double() ** 2).sum())
     raise ValueError(mask)
-
-
-def _skip_reason(spec: dict) -> str | None:
-    n, be, bias, mask = spec["n"], spec["backend"], spec["bias"], spec["mask"]
-    es = 2 if spec["dtype"] == "bfloat16" else 4
-    if be == "reference" and B * H * n * n * 4 * 4 > 6 * 2**30:
-        return "reference would hold ~4 dense (B, H, L, S) fp32 tensors (> 6 GiB)"
-    if be == "sdpa" and bias != "none" and 2 * B * H * n * n * es > 12 * 2**30:
-        return "the dense (1, H, L, S) bias and its masked copy exceed 12 GiB"
-    if be == "linear" and (bias != "none" or mask not in ("none", "causal")):
-        return "linear attention serves only no mask or causal, without bias"
-    return None
-
-
-def suite_specs(suite: str) -> list[dict]:
-    def spec(n, dtype, mask, bias, backend, mode="fwd", runs=5, tag=""):
-        return dict(n=n, dtype=dtype, mask=mask, bias=bias, backend=backend, mode=mode, runs=runs, tag=tag)
-
-    out = []
-    if suite == "quick":
-        for mask, bias in (("none", "none"), ("causal", "none"), ("sliding256", "none"), ("none", "alibi")):
-            for be in ("sdpa", "blockwise", "auto"):
-                out.append(spec(2048, "float32", mask, bias, be, runs=3, tag="quick"))
-        out.append(spec(2048, "float32", "causal", "none", "linear", runs=3, tag="quick"))
-        return out
-    if suite == "must":
-        for be in ("sdpa", "blockwise", "auto"):
-            out.append(spec(16384, "float32", "sliding256", "none", be, tag="window16k"))
-            for bias in ("alibi", "t5"):
-                out.append(spec(8192, "float32", "none", bias, be, tag="bias8k"))
-            out.append(spec(4096, "bfloat16", "none", "none", be, tag="bf16dense4k"))
-        for n in (1024, 4096, 16384):
-            for dtype in ("float32", "bfloat16"):
-                for mask in ("none", "causal"):
-                    # interleaved with the SDPA baseline in one process (11 runs each at n <= 4k)
-                    s_ = spec(n, dtype, mask, "none", "auto", runs=11 if n <= 4096 else 5, tag="auto_vs_sdpa")
-                    s_["pair"] = "sdpa"
-                    out.append(s_)
-        for n in (2048, 4096, 8192):
-            for be in ("blockwise", "sdpa"):
-                out.append(spec(n, "float32", "sliding256", "none", be, mode="fwdbwd", runs=3, tag="train_window"))
-        for n in (256, 512, 1024, 2048, 4096, 8192, 16384):
-            for be in ("linear", "sdpa"):
-                out.append(spec(n, "float32", "causal", "none", be, tag="linear_crossover"))
-        return out
-    if suite == "full":
-        for n in (1024, 4096, 16384):
-            for dtype in ("float32", "bfloat16"):
-                for mask in MASKS:
-                    for bias in BIASES:
-                        for be in BACKENDS:
-                            out.append(spec(n, dtype, mask, bias, be, tag="full"))
-        return out
-    raise ValueError(f"suite must be one of ['full', 'must', 'quick'], got {suite!r}")
 
 
 def summarize(rows: list[dict]) -> dict:
@@ -370,10 +315,12 @@ def auto_choices(rows: list[dict]) -> dict:
     }
 
 
-def run_bench(quick: bool = False, out_dir: str | os.PathLike = "benchmarks/results", *, suite: str | None = None,
+def run_bench(quick: bool = False, out_dir: str | os.PathLike = DEFAULT_OUT, *, suite: str | None = None,
               timeout: float = 900.0, log=print) -> dict:
     """Run a suite (``quick`` → the ≤ 60 s smoke suite, else ``suite`` or ``"must"``); write
-    ``attention[_<suite>].json`` and ``.png`` under ``out_dir``; return the results dict."""
+    ``attention[_<suite>].json`` and ``.png`` under ``out_dir`` (default ``runs/bench/``: the committed
+    ``benchmarks/results/`` change only when asked for by name), log each path written; return the
+    results dict, whose ``"files"`` lists those paths."""
     suite = "quick" if quick else (suite or "must")
     specs = suite_specs(suite)
     t_start = time.perf_counter()
@@ -412,20 +359,25 @@ def run_bench(quick: bool = False, out_dir: str | os.PathLike = "benchmarks/resu
     out.mkdir(parents=True, exist_ok=True)
     stem = "attention" if suite == "must" else f"attention_{suite}"
     (out / f"{stem}.json").write_text(json.dumps(result, indent=1, default=str))
+    files = [out / f"{stem}.json"]
     try:
-        from .bench_plot import plot
+        from .plot import plot
 
         plot(result, out / f"{stem}.png")
+        files.append(out / f"{stem}.png")
     except ImportError:  # matplotlib is the viz extra
         log("matplotlib not installed: no plot written")
+    for f in files:
+        log(f"wrote {f}")
+    result["files"] = [str(f) for f in files]
     return result
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m attnkit.bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="the ≤ 60 s smoke suite")
-    p.add_argument("--suite", choices=("quick", "must", "full"), default=None)
-    p.add_argument("--out", default="benchmarks/results")
+    p.add_argument("--suite", choices=("quick", "must", "full"), default=None, help="quick, must (the default) or full")
+    p.add_argument("--out", default=DEFAULT_OUT, help="output folder (default: runs/bench/; give benchmarks/results to update the committed files)")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.worker:

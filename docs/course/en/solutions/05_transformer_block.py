@@ -1,0 +1,33 @@
+"""Solutions to lesson 5's exercises. Run as a script; each answer prints the number that checks it."""
+
+import torch
+
+import attnkit
+from attnkit.modules.positional import SinusoidalPositionalEncoding
+
+torch.manual_seed(5)
+D, H, L, k = 16, 4, 10, 3
+
+# 1. each sin/cos pair is rotated by a fixed angle when p moves by k: a linear map
+pe = SinusoidalPositionalEncoding(D, max_len=256, dtype=torch.float64)(torch.arange(256))
+M = torch.linalg.lstsq(pe[:-k], pe[k:]).solution
+print("1. max |PE(p+k) - PE(p) M| =", (pe[:-k] @ M - pe[k:]).abs().max().item())
+
+# 2. decoder layer, post-LN
+ref = torch.nn.TransformerDecoderLayer(D, H, 4 * D, dropout=0.0, batch_first=True).double().eval()
+x, mem = torch.randn(2, L, D, dtype=torch.float64), torch.randn(2, 7, D, dtype=torch.float64)
+sa = attnkit.MultiHeadAttention.from_torch(ref.self_attn)
+ca = attnkit.MultiHeadAttention.from_torch(ref.multihead_attn)
+with torch.no_grad():
+    h = ref.norm1(x + sa(x, causal=True)[0])
+    h = ref.norm2(h + ca(h, mem, mem)[0])
+    h = ref.norm3(h + ref.linear2(torch.relu(ref.linear1(h))))
+    causal = torch.nn.Transformer.generate_square_subsequent_mask(L, dtype=torch.float64)
+    print("2. max |by hand - torch| =", (h - ref(x, mem, tgt_mask=causal)).abs().max().item())
+
+# 3. attention: 4 (D x D) + 4 D biases; feed-forward: 2 (D x 4D) + 5 D; norms: 4 D
+layer = torch.nn.TransformerEncoderLayer(D, H, 4 * D, batch_first=True)
+n_attn = sum(p.numel() for p in layer.self_attn.parameters())
+n_ff = sum(p.numel() for p in (*layer.linear1.parameters(), *layer.linear2.parameters()))
+print(f"3. attention {n_attn} (formula {4 * D * D + 4 * D}), feed-forward {n_ff} (formula {8 * D * D + 5 * D}), "
+      f"share of attention {n_attn / sum(p.numel() for p in layer.parameters()):.2f}")

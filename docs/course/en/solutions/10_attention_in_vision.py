@@ -1,0 +1,58 @@
+"""Solutions to lesson 10's exercises. Run as a script; each answer prints the number that checks it."""
+
+import os
+
+import torch
+
+from attnkit.data.images import load_images
+
+SMALL = os.environ.get("ATTNKIT_COURSE_SMALL") == "1"
+data = load_images("auto", train_limit=256 if SMALL else 6000, test_limit=128 if SMALL else 1000)
+
+
+class CBAM(torch.nn.Module):  # as in the lesson
+    def __init__(self, c, r=4):
+        super().__init__()
+        self.mlp = torch.nn.Sequential(torch.nn.Linear(c, c // r), torch.nn.ReLU(), torch.nn.Linear(c // r, c))
+        self.conv = torch.nn.Conv2d(2, 1, 7, padding=3, bias=False)
+
+    def forward(self, x):
+        x = x * torch.sigmoid(self.mlp(x.mean((2, 3))) + self.mlp(x.amax((2, 3))))[:, :, None, None]
+        return x * torch.sigmoid(self.conv(torch.cat([x.mean(1, keepdim=True), x.amax(1, keepdim=True)], 1)))
+
+
+def train(use_cbam, seed, steps):
+    torch.manual_seed(seed)
+    att = (lambda c: CBAM(c)) if use_cbam else (lambda c: torch.nn.Identity())
+    net = torch.nn.Sequential(
+        torch.nn.Conv2d(1, 16, 3, padding=1), torch.nn.ReLU(), att(16), torch.nn.MaxPool2d(2),
+        torch.nn.Conv2d(16, 32, 3, padding=1), torch.nn.ReLU(), att(32),
+        torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(32, len(data.classes)),
+    )
+    opt = torch.optim.Adam(net.parameters(), lr=3e-3)
+    for _ in range(steps):
+        idx = torch.randint(0, len(data.train_x), (64,))
+        loss = torch.nn.functional.cross_entropy(net(data.train_x[idx]), data.train_y[idx])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    with torch.no_grad():
+        acc = (net(data.test_x).argmax(1) == data.test_y).float().mean().item()
+    return acc, sum(p.numel() for p in net.parameters())
+
+
+# 1. with and without CBAM, over seeds: report the spread before claiming a gain
+seeds, steps = ((0,), 10) if SMALL else ((0, 1, 2), 150)
+for use in (False, True):
+    runs = [train(use, s, steps) for s in seeds]
+    accs = [a for a, _ in runs]
+    print(f"1. CBAM={use!s:5s}: params {runs[0][1]}, accuracy per seed {[round(a, 3) for a in accs]}")
+
+# 2. softmax gates sum to 1 over C channels: each is ~1/C, so every channel is shrunk
+logits = torch.randn(1, 32)
+print(f"2. sigmoid gate mean {torch.sigmoid(logits).mean().item():.3f} vs softmax gate mean {torch.softmax(logits, -1).mean().item():.3f} (= 1/C)")
+
+# 3. N = (224/P)^2 tokens; the score matrix has N^2 entries: halving P multiplies it by 16
+for P in (16, 8):
+    N = (224 // P) ** 2
+    print(f"3. P={P:2d}: N={N} tokens, N^2={N * N} scores per head")

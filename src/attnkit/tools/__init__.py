@@ -1,0 +1,1 @@
+"""Command-line helpers that are not part of the attention library itself (``attnkit doctor``)."""
