@@ -42,6 +42,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="run the quick configuration of every experiment that has no results under --runs (minutes each)")
     r.add_argument("--lang", choices=("en", "zh"), default="en", help="language of the page's prose: en (default) or zh (Chinese)")
     r.add_argument("--force", action="store_true", help="rerun every section instead of reusing cached ones (cache: DIR/.cache/)")
+    r.add_argument("--results", default="results",
+                   help="folder of committed long runs, RESULTS/<experiment>/<run>/results.json, shown beside the quick runs "
+                        "(default: results/ of the current folder, a source checkout; a missing folder leaves them out)")
     b = sub.add_parser("bench", help="benchmark the backends")
     b.add_argument("--quick", action="store_true", help="small sweep (about 30 s); same as --suite quick")
     b.add_argument("--suite", choices=("quick", "must", "full"), default=None,
@@ -128,7 +131,8 @@ def _run(argv: list[str]) -> int:
         check_out_dir(args.out)
         from .report.build import report_command
 
-        return report_command(args.out, runs=args.runs, run_missing=args.run_missing, lang=args.lang, force=args.force)
+        return report_command(args.out, runs=args.runs, run_missing=args.run_missing, lang=args.lang, force=args.force,
+                              results=args.results)
     if args.cmd == "bench":
         check_out_dir(args.out)
         from .bench import run_bench

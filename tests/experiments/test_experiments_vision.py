@@ -99,3 +99,110 @@ def test_mhsa_reading_keeps_dense_weights_beyond_the_capture_default():
     m = torch.nn.Sequential(MHSA2d(8, 4)).eval()
     r = read_mhsa(m, torch.randn(1, 8, 36, 36))  # 1·4·1296² ≈ 6.7M weights > capture's 4M default
     assert r["grid"] == [36, 36] and 0 < r["mean_distance"] and 0 < r["self_mass"] < 1
+
+
+# ------------------------------------------------------------------ the report section: committed run, Chinese, papers
+import re  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from attnkit.experiments.vision_prose import PAPERS, PUBLISHED, published_html, section  # noqa: E402
+from attnkit.report.committed import committed_runs  # noqa: E402
+
+REPO_RESULTS = Path(__file__).resolve().parents[2] / "results"
+CJK = re.compile(r"[\u4e00-\u9fff]")
+
+
+def _results(models: dict, train: int, seeds_meta=None) -> dict:
+    for m in models.values():
+        m.setdefault("images_per_s", {"mean": 100.0})
+    return {"data": {"name": "fashion-mnist", "train": train, "test": 50, "notice": None}, "models": models,
+            "verdict": verdicts(models), "reading": {}, "figures": []}
+
+
+def _fake_pair(tmp_path):
+    quick = Results(_results({"resnet": _model(0.70, 0.02), "se": _model(0.72, 0.03, 110)}, train=200), tmp_path / "q", {})
+    full = Results(_results({"resnet": _model(0.8963, 0.0029), "se": _model(0.8947, 0.0005, 110),
+                             "cbam": _model(0.8875, 0.0018, 111)}, train=20000), tmp_path / "f", {"preset": "full", "seeds": [0, 1, 2]})
+    return quick, full
+
+
+def test_the_committed_full_run_is_read_first_and_the_quick_run_follows(tmp_path):
+    quick, full = _fake_pair(tmp_path)
+    html = section(quick, tmp_path, "en", full_results={"full": full}).html
+    at_full, at_quick = html.index("The committed full run"), html.index("This report’s own run")
+    assert at_full < html.index("89.63% ± 0.29%") < at_quick < html.index("70.00% ± 2.00%")
+    assert html.index("None of the attention modules beat the plain network") < at_quick  # the claim is the committed run's
+    assert "+CBAM did worse than the plain network by more than the spread" in html
+    assert html.count("<table>") == 3  # the committed run, the quick run, the papers
+    alone = section(quick, tmp_path, "en").html
+    assert "The committed full run" not in alone and "70.00% ± 2.00%" in alone and "89.63" not in alone
+
+
+def test_chinese_prose_has_the_same_numbers_and_tables(tmp_path):
+    quick, full = _fake_pair(tmp_path)
+    en = section(quick, tmp_path, "en", full_results={"full": full}).html
+    zh = section(quick, tmp_path, "zh", full_results={"full": full}).html
+    numbers = lambda h: re.findall(r"[-+]?\d[\d,]*\.\d+", re.sub(r"<[^>]+>", " ", h))  # noqa: E731
+    assert numbers(en) == numbers(zh)  # the same run's numbers, in the same order; only the words change
+    assert en.count("<table>") == zh.count("<table>") and en.count("<h3>") == zh.count("<h3>")
+    text = " ".join(re.findall(r"<p>(.*?)</p>", zh))
+    assert "没有任何注意力模块" in text and "None of the" not in text and "points against" not in text
+    assert len(CJK.findall(zh)) > 200 and not CJK.search(en)
+
+
+def test_the_committed_fashion_mnist_run_says_no_attention_beat_resnet_beyond_noise():
+    runs = committed_runs("vision", REPO_RESULTS)
+    if "full" not in runs:
+        pytest.skip("results/vision/full is not in this checkout")
+    full = runs["full"]
+    v = full["verdict"]
+    assert not any(v[n]["label"] == "helped" for n in ("se", "eca", "cbam", "mhsa") if n in v)  # the data, read again
+    for lang, claim in (("en", "None of the attention modules beat the plain network"), ("zh", "没有任何注意力模块")):
+        html = section(full, REPO_RESULTS, lang, full_results=runs).html
+        assert claim in html
+        for m in full["models"].values():  # every mean ± std comes from the JSON
+            assert f"{100 * m['acc']['mean']:.2f}% ± {100 * m['acc']['std']:.2f}%" in html
+
+
+def test_published_numbers_follow_the_papers_tables():
+    for p in PAPERS:
+        err = re.search(r"top-1 error ([\d.]+) → ([\d./ ]+)\)", p["paper"])
+        if err:  # the papers tabulate errors: top-1 accuracy = 100 − error
+            assert math.isclose(p["baseline"], 100 - float(err.group(1)))
+            assert [round(100 - float(e), 2) for e in err.group(2).split("/")] == [t for _, _, t in p["rows"]]
+    eca = next(p for p in PAPERS if "ECA-Net" in p["paper"])
+    assert {r["model"]: r["top1"] for r in PUBLISHED["rows"]} == {"resnet": eca["baseline"], **{m: t for m, _, t in eca["rows"]}}
+    models = {"resnet": _model(0.80, 0.01), "se": _model(0.79, 0.01)}
+    html = published_html({"verdict": verdicts(models)})
+    assert "+1.51" in html and "+1.42" in html and "+1.90" in html and "+2.28" in html  # SE, SE (CBAM paper), CBAM, ECA
+    assert "-1.00 ± 1.41" in html  # our difference beside theirs
+
+
+def test_the_summary_row_gives_the_committed_verdict(tmp_path):
+    from attnkit.experiments.vision_prose import summary_row
+
+    quick, full = _fake_pair(tmp_path)
+    measured, meaning = summary_row(quick, "en")
+    assert "70.00% ± 2.00%" in measured and "0 of 1 attention modules" in measured  # +SE within the quick spread
+    measured, meaning = summary_row(quick, "en", {"full": full})
+    assert measured.startswith("committed run 'full': ResNet 89.63% ± 0.29%; 0 of 2") and "bought nothing" in meaning
+    zh = summary_row(quick, "zh", {"full": full})
+    assert "89.63% ± 0.29%" in zh[0] and "2 个注意力模块中有 0 个" in zh[0] and CJK.search(zh[1])
+    better = Results(_results({"resnet": _model(0.80, 0.01), "eca": _model(0.85, 0.01, 101)}, train=10), tmp_path, {"preset": "full"})
+    measured, meaning = summary_row(quick, "en", {"full": better})
+    assert "1 of 1 attention modules beat it beyond the seed spread (+ECA)" in measured and "can help" in meaning
+
+
+def test_one_seed_gives_no_verdict_and_no_claim(tmp_path):
+    from attnkit.experiments.vision_prose import summary_row
+
+    one = lambda acc: {"acc": {"mean": acc, "std": 0.0, "per_seed": [acc]}, "params": 100, "flops": 1000,  # noqa: E731
+                       "train_time_s": {"mean": 1.0}, "epochs": 1, "images_per_s": {"mean": 10.0}}
+    models = {"resnet": one(0.20), "mhsa": one(0.31), "cbam": one(0.10)}
+    v = verdicts(models)
+    assert v["mhsa"]["label"] == v["cbam"]["label"] == "one seed"  # +11 points on one seed is not "helped"
+    res = {"data": {"name": "digits", "train": 64, "test": 32, "notice": None}, "models": models, "verdict": v, "reading": {}, "figures": []}
+    text = " ".join(reading_sentences(res))
+    assert "no spread to tell a difference from noise" in text and "helped" not in text and "None of the attention" not in text
+    assert "no verdict" in summary_row(res)[0]
+    assert "one seed: cannot tell" in section(Results(res, tmp_path, {}), tmp_path).html

@@ -1,6 +1,7 @@
 """The real report, at the tests' tiny size, opened in headless Chromium: every story section is
-there (English and Chinese, the same list), no section failed, every image loads, and the browser
-logs no console errors.
+there (English and Chinese, the same list), no section failed, every image loads and is drawn for a
+1,000 px page, the browser logs no console errors, the committed --full runs of results/ are shown
+beside the quick ones, and a font that covers Chinese is installed so the zh page renders.
 
 The tiny size runs every section for real (all experiments included, each shrunk to seconds), so
 this file takes about a minute on a busy 2-core machine. Needs Debian's chromium + chromium-driver
@@ -9,6 +10,8 @@ when ATTNKIT_REQUIRE_BROWSER is set, as CI does).
 """
 
 import os
+import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -29,16 +32,17 @@ from attnkit.report.sections import story  # noqa: E402
 FLAGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync", "--window-size=1000,1000"]
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+COMMITTED = Path(__file__).resolve().parents[2] / "results"  # committed --full runs, e.g. results/vision/full
 
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
     out = tmp_path_factory.mktemp("report")
     runs = tmp_path_factory.mktemp("no-runs")  # no earlier results: the report runs every experiment itself
-    en = write_report(out, size="tiny", runs=runs, bench_results=BENCH, log=lambda m: None)
+    en = write_report(out, size="tiny", runs=runs, bench_results=BENCH, committed_results=COMMITTED, log=lambda m: None)
     index_en = out / "index.en.html"
     index_en.write_text(en.path.read_text(encoding="utf-8"), encoding="utf-8")
-    zh = write_report(out, size="tiny", runs=runs, bench_results=BENCH, lang="zh", log=lambda m: None)
+    zh = write_report(out, size="tiny", runs=runs, bench_results=BENCH, committed_results=COMMITTED, lang="zh", log=lambda m: None)
     return {"en": en, "zh": zh, "en_path": index_en, "zh_path": zh.path}
 
 
@@ -65,6 +69,7 @@ def page_state(driver, path: Path) -> dict:
         const imgs = Array.from(document.images);
         return {
           sections: Array.from(document.querySelectorAll('section[data-section]')).map(s => s.dataset.section),
+          headings: Array.from(document.querySelectorAll('section[data-section] > h2')).map(h => h.textContent),
           failed: Array.from(document.querySelectorAll('section[data-failed="1"]')).map(s => s.dataset.section),
           images: imgs.length,
           broken: imgs.filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.alt),
@@ -82,16 +87,35 @@ def test_every_section_present_no_failure_images_load_no_console_errors(report, 
     assert state["sections"] == [s.id for s in story()]
     assert state["failed"] == []
     assert state["images"] >= 12 and state["broken"] == []
-    # figures are drawn for a 1,000 px page; minilm_viz's focus-token plot is 602 px wide (requested: widen it, then drop this)
-    assert [n for n in state["narrow"] if not n.startswith("focus token:")] == []
+    assert state["narrow"] == []  # every figure is drawn for a 1,000 px page (MiniLM's focus plot included)
     assert state["overflow"] <= 0  # nothing wider than the window
     severe = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
     assert severe == []
 
 
-def test_chinese_page_mirrors_the_english_one(report):
+def test_chinese_page_mirrors_the_english_one(report, driver):
+    en_state, zh_state = page_state(driver, report["en_path"]), page_state(driver, report["zh_path"])
+    assert zh_state["sections"] == en_state["sections"] == [s.id for s in story()]  # the same sections, in the same order
+    assert len(zh_state["headings"]) == len(en_state["headings"]) == len(story())
+    assert all(re.search(r"[\u4e00-\u9fff]", h) for h in zh_state["headings"])  # every heading is in Chinese
+    assert zh_state["images"] == en_state["images"]
     en = report["en_path"].read_text(encoding="utf-8")
     zh = report["zh_path"].read_text(encoding="utf-8")
     assert en.count("<section ") == zh.count("<section ") and en.count("<img ") == zh.count("<img ")
     assert "本节回答的问题" in zh and "Question" in en
     assert set(report["zh"].cached) >= {"intro", "masks", "seq2seq", "misconceptions_heads"}  # same run's numbers
+
+
+def test_committed_full_runs_are_shown_beside_the_quick_runs(report):
+    runs = sorted(p.parent.relative_to(COMMITTED.parent).as_posix() for p in COMMITTED.glob("*/*/results.json"))
+    if not runs:
+        pytest.skip("no committed runs under results/ in this checkout")
+    for lang in ("en", "zh"):
+        page = report[f"{lang}_path"].read_text(encoding="utf-8")
+        for run in runs:
+            assert f"{run}/results.json" in page, (lang, run)
+
+
+def test_a_font_covering_chinese_is_installed():
+    out = subprocess.run(["fc-list", ":lang=zh", "family"], capture_output=True, text=True).stdout
+    assert out.strip(), "no font covers Chinese, so the zh report shows empty boxes: run bash .ci/install-browser.sh (fonts-noto-cjk)"

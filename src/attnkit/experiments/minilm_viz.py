@@ -168,10 +168,13 @@ def run_viz(
         focus_info = {"token": tokens[fi], "position": fi, "layers": focus_report(attentions, tokens, fi)}
         mat = torch.stack([w[0, :, fi, :].mean(0) for w in attentions])  # (layers, L)
         files["focus"] = out / "focus.png"
-        plots.plot_head(
+        fig = plots.plot_head(
             mat, [f"layer {i}" for i in range(len(attentions))], key_tokens=tokens,
-            title=f"where {tokens[fi]!r} (position {fi}) attends, mean over heads", path=files["focus"], dpi=dpi,
+            title=f"where {tokens[fi]!r} (position {fi}) attends, mean over heads", dpi=dpi,
         )
+        # a few layers × a short text made a ~600 px picture; the report's figures are read at 1,000 px
+        fig.set_size_inches(max(10.0, fig.get_figwidth()), max(3.6, fig.get_figheight()))
+        fig.savefig(files["focus"], format="png", dpi=max(dpi, 100))
 
     md = [f"# attnkit viz: all-MiniLM-L6-v2\n", f"Text: {text!r}\n", f"Tokens ({len(tokens)}): {' '.join(tokens)}\n",
           "Label counts: " + ", ".join(f"{k} {v}" for k, v in summary.counts().items()) + "\n", _NOTE]

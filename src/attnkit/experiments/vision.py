@@ -22,9 +22,12 @@ scikit-learn's digits and says so in the log, results.json and the report.
 
 ``--quick`` (the default): 2,000 training and 1,000 test images, 2 epochs, 3 seeds, about 2–3 minutes
 on 2 idle cores. ``--full``: 20,000 training images (a seeded random subset), all 10,000 test
-images, 10 epochs, 3 seeds — about an hour on 2 cores (``--train-limit 0`` uses all 60,000).
+images, 10 epochs, 3 seeds, sized for a 2-core CPU: the committed run (``results/vision/full``, one
+thread, on a shared 2-core machine) took 4,300 s, 72 minutes (``time_s`` in its results.json; the
+report prints it from there). ``--train-limit 0`` uses all 60,000 images (about three times longer).
 
-Figures and the plain-language reading are made by :mod:`.vision_report`.
+Figures are made by :mod:`.vision_report`, the plain-language reading (English and Chinese) by
+:mod:`.vision_prose`.
 
 Shape legend: B batch, C channels, H×W image or feature map.
 """
@@ -178,5 +181,6 @@ class VisionExperiment(Experiment):
             "verdict": vr.verdicts(out), "reading": reading, "published": vr.PUBLISHED, "figures": figures,
         }
 
-    def report(self, results, out_dir, lang: str = "en"):
-        return vr.section(results, out_dir, lang)
+    def report(self, results, out_dir, lang: str = "en", full_results=None):
+        """The section; ``full_results`` ({run name: Results}, e.g. results/vision/full) is read first when given."""
+        return vr.section(results, out_dir, lang, full_results=full_results)

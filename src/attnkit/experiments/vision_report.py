@@ -1,5 +1,5 @@
-"""The vision experiment's reading of the trained models, its figures, the published numbers and
-its report section — every sentence generated from the numbers of the run.
+"""The vision experiment's reading of the trained models and its figures — every number measured on
+the run's test images.
 
 * :func:`read_attention` — what the attention learned, measured on test images:
   SE/ECA/CBAM channel gates — η², the share of the gates' variance across images explained by the
@@ -7,8 +7,10 @@ its report section — every sentence generated from the numbers of the run.
   spatial gate on the garment versus the background; MHSA2d's mean attention distance against
   uniform attention's; the ViT's class-token rollout mass on object patches against their share.
 * :func:`verdicts` — per attention model, the accuracy difference to the plain ResNet and whether
-  it exceeds the seed spread ``sqrt(std_a² + std_b²)``: "helped", "hurt" or "no clear difference".
-* :data:`PUBLISHED` — ImageNet top-1 of ResNet-50 with each module, as reported in the ECA-Net paper.
+  it exceeds the seed spread ``sqrt(std_a² + std_b²)``: "helped", "hurt" or "no clear difference"
+  ("one seed" when either model ran one seed: there is no spread to judge by).
+* the prose, tables and published numbers of the report section live in :mod:`.vision_prose`
+  (re-exported here: :func:`reading_sentences`, :func:`section`, :data:`PUBLISHED`, :data:`PAPERS`).
 
 Shape legend: B images, C channels, K classes, h×w map or patch grid, N = h·w.
 """
@@ -16,25 +18,12 @@ Shape legend: B images, C channels, K classes, h×w map or patch grid, N = h·w.
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-#: ImageNet-1k val top-1 (%), ResNet-50 backbone, 224 single crop, one training protocol for all
-#: four: Wang et al. 2020, ECA-Net, https://arxiv.org/abs/1910.03151, Table 2.
-PUBLISHED_SOURCE = "Wang et al. 2020 (ECA-Net), arXiv:1910.03151, Table 2: ImageNet-1k top-1, ResNet-50 backbone"
-PUBLISHED = {
-    "source": PUBLISHED_SOURCE,
-    "rows": [
-        {"model": "resnet", "name": "ResNet-50", "top1": 75.20},
-        {"model": "se", "name": "SE-ResNet-50 (Hu et al.)", "top1": 76.71},
-        {"model": "cbam", "name": "CBAM-ResNet-50 (Woo et al.)", "top1": 77.34},
-        {"model": "eca", "name": "ECA-ResNet-50 (Wang et al.)", "top1": 77.48},
-    ],
-}
-DATA_NAMES = {"fashion-mnist": "Fashion-MNIST", "digits": "scikit-learn's 8×8 digits"}
-LABELS = {"resnet": "ResNet", "se": "+SE", "eca": "+ECA", "cbam": "+CBAM", "mhsa": "+MHSA (last stage)", "vit": "ViT"}
+from .vision_prose import DATA_NAMES, LABELS, PAPERS, PUBLISHED, PUBLISHED_SOURCE, reading_sentences, section  # noqa: F401 (re-exported)
+
 OBJECT_THRESHOLD = 0.1  # raw pixel value above which a Fashion-MNIST pixel belongs to the garment
 
 
@@ -49,7 +38,10 @@ def verdicts(models: dict) -> dict:
             continue
         delta = m["acc"]["mean"] - base["acc"]["mean"]
         spread = math.hypot(m["acc"]["std"], base["acc"]["std"])
-        label = "helped" if delta > spread else "hurt" if delta < -spread else "no clear difference"
+        if min(len(m["acc"].get("per_seed", [0, 0])), len(base["acc"].get("per_seed", [0, 0]))) < 2:
+            label = "one seed"  # no spread: a difference cannot be told from seed noise
+        else:
+            label = "helped" if delta > spread else "hurt" if delta < -spread else "no clear difference"
         out[name] = {
             "delta_acc": delta, "spread": spread, "label": label,
             "extra_params": m["params"] - base["params"], "params_ratio": m["params"] / base["params"],
@@ -227,97 +219,3 @@ def make_figures(ctx, models: dict, trained: dict, x: torch.Tensor, raw: torch.T
                                       num_prefix_tokens=1, image=raw[i, 0], title=f"ViT ({classes[int(y[i])]})")
             files.append("viewer_vit.html")
     return files
-
-
-# ------------------------------------------------------------------------------------ report
-def _n(k: int, word: str) -> str:
-    return f"{k} {word}{'' if k == 1 else 's'}"
-
-
-def _pct(v: float) -> str:
-    return f"{100 * v:.2f}"
-
-
-def reading_sentences(results: dict) -> list[str]:
-    """The plain-language reading, generated from the numbers."""
-    models, verdict, reading, data = results["models"], results.get("verdict", {}), results.get("reading", {}), results["data"]
-    seeds = len(next(iter(models.values()))["acc"]["per_seed"])
-    out = []
-    if "resnet" in models:
-        b = models["resnet"]
-        out.append(f"On {DATA_NAMES.get(data['name'], data['name'])} ({data['train']:,} training and {data['test']:,} test images, "
-                   f"{_n(b['epochs'], 'epoch')}, {_n(seeds, 'seed')}) the plain ResNet reached {_pct(b['acc']['mean'])}% ± {_pct(b['acc']['std'])}% test accuracy "
-                   f"with {b['params']:,} parameters.")
-    for name, v in verdict.items():
-        m = models[name]
-        cost = (f"{v['extra_params']:+,} parameters ({100 * (v['params_ratio'] - 1):+.1f}%), "
-                f"{100 * (v['flops_ratio'] - 1):+.1f}% FLOPs, {v['time_ratio']:.2f}× the training time")
-        what = {"helped": "helped", "hurt": "hurt", "no clear difference": "made no difference larger than the seed spread"}[v["label"]]
-        out.append(f"{LABELS.get(name, name)}: {_pct(m['acc']['mean'])}% ± {_pct(m['acc']['std'])}%, "
-                   f"{100 * v['delta_acc']:+.2f} points against the plain ResNet (spread ±{100 * v['spread']:.2f}) — it {what}; cost {cost}.")
-    attn = [n for n in verdict if n != "vit"]
-    if attn and not any(verdict[n]["label"] == "helped" for n in attn):
-        out.append("None of the attention modules beat the plain network by more than the seed-to-seed spread here: the "
-                   "ImageNet gains the papers report (below) did not show on this small, low-resolution task at this training budget.")
-    for name in ("se", "eca", "cbam"):
-        r = reading.get(name, {}).get("last")
-        if r:
-            kind = "depend strongly on the class" if r["eta2_class"] > 0.5 else "depend partly on the class" if r["eta2_class"] > 0.2 else "barely depend on the class"
-            out.append(f"{LABELS[name]}'s last-stage gates (C = {r['channels']}) average {r['mean']:.2f} and {kind}: "
-                       f"η² = {r['eta2_class']:.2f} of their variance across test images is explained by the class "
-                       f"(the gate learned to re-weight channels per kind of garment when η² is high).")
-    sp = reading.get("cbam", {}).get("spatial")
-    if sp:
-        out.append(f"CBAM's first-stage spatial gate averages {sp['on_object']:.2f} on the garment and {sp['on_background']:.2f} "
-                   f"on the background ({100 * sp['object_share']:.0f}% of the pixels are garment).")
-    mh = reading.get("mhsa")
-    if mh:
-        near = abs(mh["mean_distance"] - mh["uniform_distance"]) < 0.05 * mh["uniform_distance"]
-        how = ("about as far as uniform attention would, so its heads spread their weight over the whole map"
-               if near else "nearer than uniform attention, so its heads favour neighbouring positions"
-               if mh["mean_distance"] < mh["uniform_distance"] else "farther than uniform attention would")
-        out.append(f"MHSA2d on the {mh['grid'][0]}×{mh['grid'][1]} last-stage map attends at a mean distance of "
-                   f"{mh['mean_distance']:.2f} pixels (uniform attention: {mh['uniform_distance']:.2f}), {how}; a pixel keeps "
-                   f"{mh['self_mass']:.2f} of the weight on itself.")
-    vt = reading.get("vit")
-    if vt:
-        out.append(f"The ViT's class-token rollout puts {100 * vt['cls_mass_on_object']:.0f}% of its patch mass on garment "
-                   f"patches, which are {100 * vt['object_patch_share']:.0f}% of the patches.")
-    return out
-
-
-def section(results, out_dir, lang: str = "en"):
-    from ..report.html import esc, png_img, table
-    from .registry import Section
-
-    run_dir = Path(getattr(results, "run_dir", out_dir))
-    models, data = results["models"], results["data"]
-    parts = []
-    if data.get("notice"):
-        parts.append(f"<p><strong>Notice:</strong> {esc(data['notice'])}</p>")
-    parts.append("<p>" + "</p><p>".join(esc(s) for s in reading_sentences(results)) + "</p>")
-    rows = []
-    verdict = results.get("verdict", {})
-    for name, m in models.items():
-        v = verdict.get(name)
-        rows.append([LABELS.get(name, name), f"{_pct(m['acc']['mean'])} ± {_pct(m['acc']['std'])}",
-                     f"{100 * v['delta_acc']:+.2f} ({v['label']})" if v else "—", f"{m['params']:,}", f"{m['flops'] / 1e6:.2f}",
-                     f"{m['train_time_s']['mean']:.1f}", f"{m['images_per_s']['mean']:.0f}"])
-    parts.append(table(["model", "test accuracy %", "Δ vs ResNet (points)", "parameters", "MFLOPs / image", "train s", "train images/s"], rows))
-    parts.append("<p>Times are the wall-clock seconds of each model's training in this run (mean over seeds); other programs "
-                 "running at the same time inflate them, so compare them only within a run on an otherwise idle machine. "
-                 "FLOPs: one image's forward pass, counted by torch.utils.flop_counter.</p>")
-    pub = results.get("published", PUBLISHED)
-    base = next((r["top1"] for r in pub["rows"] if r["model"] == "resnet"), None)
-    parts.append(f"<p>Published, for scale (not our numbers): {esc(pub['source'])}.</p>")
-    parts.append(table(["model", "ImageNet top-1 %", "Δ vs ResNet-50"],
-                       [[r["name"], f"{r['top1']:.2f}", f"{r['top1'] - base:+.2f}" if base is not None else "—"] for r in pub["rows"]]))
-    for f in results.get("figures", []):
-        p = run_dir / f
-        if p.exists() and p.suffix == ".png":
-            parts.append(png_img(p, f))
-    pages = [f for f in results.get("figures", []) if f.endswith(".html") and (run_dir / f).exists()]
-    if pages:
-        parts.append("<p>Interactive viewers (click a patch or pixel to make it the query): "
-                     + ", ".join(f'<a href="{esc((run_dir / f).resolve().as_uri())}">{esc(f)}</a>' for f in pages) + ".</p>")
-    return Section("Attention in vision: SE, ECA, CBAM, MHSA2d and a ViT on Fashion-MNIST", "\n".join(parts))

@@ -1,1 +1,68 @@
-"""attnkit.modules"""
+"""attnkit.modules: attention layers as ``torch.nn.Module`` s, one concept per file.
+
+The public names below load their file on first use (``attnkit.modules.CBAM``), so importing
+attnkit stays light; ``from attnkit.modules.cbam import CBAM`` works as well.
+
+=======================  =====================================================================
+text / sequences         MultiHeadAttention, RotaryEmbedding, TransformerEncoderLayer,
+                         TransformerDecoderLayer, SinusoidalPositionalEncoding,
+                         LearnedPositionalEncoding
+RNN seq2seq              BahdanauAttention, LuongAttention, make_seq2seq_attention
+vision (B, C, H, W)      SqueezeExcite, ECA, CBAM, ChannelAttention, SpatialAttention, MHSA2d,
+                         create_attn
+time series              TemporalAttention
+KV caches                DynamicCache, StaticCache, SlidingWindowCache, CrossAttentionCache
+=======================  =====================================================================
+"""
+
+from __future__ import annotations
+
+import importlib
+
+# public name -> the file that defines it (one concept per file)
+_EXPORTS = {
+    "MultiHeadAttention": "multihead",
+    "RotaryEmbedding": "rotary",
+    "TransformerEncoderLayer": "transformer_layers",
+    "TransformerDecoderLayer": "transformer_layers",
+    "SinusoidalPositionalEncoding": "positional",
+    "LearnedPositionalEncoding": "positional",
+    "make_positional_encoding": "positional",
+    "BahdanauAttention": "seq2seq_attention",
+    "LuongAttention": "seq2seq_attention",
+    "make_seq2seq_attention": "seq2seq_attention",
+    "SqueezeExcite": "squeeze_excite",
+    "ECA": "eca",
+    "eca_kernel_size": "eca",
+    "CBAM": "cbam",
+    "ChannelAttention": "cbam",
+    "SpatialAttention": "cbam",
+    "MHSA2d": "mhsa2d",
+    "create_attn": "create_attn",
+    "TemporalAttention": "temporal_attention",
+    "DynamicCache": "cache_kinds",
+    "StaticCache": "cache_kinds",
+    "SlidingWindowCache": "cache_kinds",
+    "CrossAttentionCache": "cache_kinds",
+    "mha_from_torch": "torch_interop",
+    "mha_to_torch": "torch_interop",
+}
+
+__all__ = sorted(_EXPORTS)
+
+# A name equal to its file name must be bound eagerly: importing the submodule anywhere (e.g.
+# ``import attnkit.modules.create_attn``) sets the package attribute to the *module*, and ``__getattr__``
+# is never asked again, so the public name would silently become the module.
+for _name, _file in _EXPORTS.items():
+    if _name == _file:
+        globals()[_name] = getattr(importlib.import_module(f".{_file}", __name__), _name)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    raise AttributeError(f"module 'attnkit.modules' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS))

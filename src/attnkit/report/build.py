@@ -67,6 +67,7 @@ def write_report(
     runs: str | Path | None = None,
     run_missing: bool = True,
     bench_results: str | Path | None = "benchmarks/results",
+    committed_results: str | Path | None = "results",
     overrides: dict | None = None,
     log: Callable[[str], None] = print,
 ) -> ReportRun:
@@ -74,7 +75,9 @@ def write_report(
 
     ``bench_results`` is the folder of committed benchmark results that the cost sections quote
     (default ``benchmarks/results`` of the current folder: a source checkout; None or a missing
-    folder leaves those parts out). ``size="tiny"`` shrinks every measurement to seconds (tests).
+    folder leaves those parts out). ``committed_results`` is the folder of committed experiment runs
+    (``results/<experiment>/<run>/results.json``, default ``results`` of the current folder) shown
+    beside the quick runs in the experiment sections. ``size="tiny"`` shrinks every measurement to seconds (tests).
     ``overrides`` maps an experiment name to config overrides for runs the report starts.
     """
     check_lang(lang)
@@ -83,7 +86,8 @@ def write_report(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     bench = Path(bench_results) if bench_results is not None and Path(bench_results).is_dir() else None
-    ctx = SectionContext(out=out, size=size, runs=Path(runs or "runs"), bench_results=bench,
+    committed_dir = Path(committed_results) if committed_results is not None and Path(committed_results).is_dir() else None
+    ctx = SectionContext(out=out, size=size, runs=Path(runs or "runs"), bench_results=bench, committed_results=committed_dir,
                          overrides=dict(overrides or {}), run_missing=run_missing)
     secs = _as_story(default_sections() if sections is None else sections)
     summary = next((s for s in secs if s.id == "summary"), None)
@@ -166,7 +170,7 @@ def build_report(out_dir: str | Path, sections: list | None = None, *, log=print
 
 
 def report_command(out: str | Path = DEFAULT_OUT, *, runs=None, run_missing: bool = False, lang: str = "en",
-                   force: bool = False) -> int:
+                   force: bool = False, results: str | Path | None = "results") -> int:
     """``attnkit report``: 0 when every section ran, 1 when any failed (the page is written either way)."""
     import sys
 
@@ -177,5 +181,5 @@ def report_command(out: str | Path = DEFAULT_OUT, *, runs=None, run_missing: boo
     except SetupError as e:
         print(f"attnkit report: {e}", file=sys.stderr)
         return 2
-    run = write_report(out, runs=runs, lang=lang, force=force, run_missing=True)
+    run = write_report(out, runs=runs, lang=lang, force=force, run_missing=True, committed_results=results)
     return 1 if run.failed else 0

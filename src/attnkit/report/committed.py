@@ -1,15 +1,23 @@
-"""Where the report finds committed benchmark results: a folder given explicitly.
+"""Where the report finds committed results: folders given explicitly, never looked up.
 
-The long benchmarks (tens of minutes) are not rerun by ``attnkit report``; their committed JSON and
-PNG (``benchmarks/results/`` of a source checkout) are quoted next to the quick measurements. The
-folder is passed in (``attnkit report`` uses ``benchmarks/results`` of the current folder, i.e. a
-checkout); nothing is looked up relative to the installed package, so a wheel install simply has
-no such folder and those parts are left out.
+Two kinds of committed files are quoted next to the quick measurements ``attnkit report`` makes:
+
+* long benchmarks (tens of minutes): their JSON and PNG in ``benchmarks/results/`` of a source
+  checkout, found by :func:`committed`;
+* long experiment runs (``attnkit experiment NAME --full``, an hour on 2 cores): their
+  ``results/<experiment>/<run>/results.json`` (+ PNG, small HTML), found by :func:`committed_runs`.
+
+Both folders are passed in (``attnkit report`` uses ``benchmarks/results`` and ``results`` of the
+current folder, i.e. a checkout; ``--results`` changes the second); nothing is looked up relative
+to the installed package, so a wheel install simply has no such folder and those parts are left out.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+
+RESULTS_FILE = "results.json"
 
 
 def committed(name: str, root: str | Path | None) -> Path | None:
@@ -18,3 +26,50 @@ def committed(name: str, root: str | Path | None) -> Path | None:
         return None
     path = Path(root) / name
     return path if path.is_file() else None
+
+
+def committed_runs(experiment: str, root: str | Path | None):
+    """The committed runs of ``experiment``: ``{run name: Results}`` from ``root/<experiment>/<run>/results.json``.
+
+    Sorted by run name (``dates-full`` before ``full``); a file that is unreadable, of another
+    schema or of another experiment is skipped (it is not this experiment's result). Each value is
+    an :class:`attnkit.experiments.Results`: the run's ``results`` dict, with ``run_dir`` (its
+    folder: the PNGs) and ``meta`` (preset, seeds, config, times). Empty when ``root`` is None or
+    has no such folder.
+    """
+    from ..experiments.registry import Results
+    from ..experiments.runner import SCHEMA_VERSION
+
+    if root is None:
+        return {}
+    if not isinstance(experiment, str) or not experiment or "/" in experiment or experiment.startswith("."):
+        raise ValueError(f"experiment must be a registered experiment's name (one path component), got {experiment!r}")
+    base = Path(root) / experiment
+    out = {}
+    for run_dir in sorted(base.iterdir()) if base.is_dir() else ():
+        path = run_dir / RESULTS_FILE
+        if not path.is_file():
+            continue
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if (not isinstance(doc, dict) or doc.get("experiment") != experiment or doc.get("schema_version") != SCHEMA_VERSION
+                or not isinstance(doc.get("results"), dict)):
+            continue
+        out[run_dir.name] = Results(doc["results"], run_dir, {k: v for k, v in doc.items() if k != "results"})
+    return out
+
+
+def describe_run(name: str, run, lang: str = "en") -> str:
+    """One line naming a committed run: its file, preset, seeds, time and when it finished (plain text)."""
+    meta = run.meta
+    seeds = meta.get("seeds")
+    n = len(seeds) if isinstance(seeds, list) else seeds
+    minutes = float(meta.get("time_s") or 0) / 60
+    path = (run.run_dir / RESULTS_FILE).as_posix()
+    if lang == "zh":
+        return (f"已提交的运行 “{name}”（{path}）：{meta.get('preset', '?')} 配置，{n} 个种子，"
+                f"用时 {minutes:.0f} 分钟，完成于 {meta.get('finished', '?')}")
+    return (f"committed run '{name}' ({path}): {meta.get('preset', '?')} preset, {n} seeds, "
+            f"{minutes:.0f} min, finished {meta.get('finished', '?')}")

@@ -3,12 +3,20 @@ misconceptions): the report finds the experiment's newest results under ``runs/`
 are none, runs its quick preset into ``report/experiments/NAME`` (cached like any section), then
 shows the experiment's own ``report(results, out, lang)`` under the story's question.
 
+Committed long runs (``results/<experiment>/<run>/results.json``, e.g. ``results/vision/full``) are
+shown beside the quick run: the folder comes from ``ctx.committed_results`` (``attnkit report
+--results DIR``, default ``results`` of the current checkout; see :func:`.committed.committed_runs`).
+An experiment whose ``report`` accepts ``full_results`` receives them as ``{run name: Results}`` and
+decides how to show them; for any other, each committed run's own section is appended below the
+quick one under a heading that names the run's file.
+
 Missing Debian data (Fashion-MNIST, the Bibles) is the experiment's business: each falls back to a
 named data set and says so in its results (``notice``/``data``); the report shows that notice.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import sys
@@ -16,6 +24,7 @@ from pathlib import Path
 
 from ..experiments.misconceptions_threads import threads
 from .cache import file_hash, source_hash
+from .committed import committed_runs, describe_run
 from .experiments_section import latest_results
 from .html import esc
 from .i18n import label, tr
@@ -77,19 +86,21 @@ def experiment_section(name: str, title: Pair, question: Pair, how_to_read: Pair
         return {"results": ctx.rel(run_dir / "results.json"), "source": "report", "_files": [ctx.rel(run_dir / "results.json")]}
 
     def render(data: dict, ctx: SectionContext, lang: str) -> str:
-        from ..experiments import Results, Section
+        from ..experiments import Results
 
+        e = exp()
+        full = committed_runs(name, ctx.committed_results)  # read at render time: not part of the cached numbers
         if data.get("missing"):
-            return "<p class='note'>" + tr(lang, f"No results yet: run <code>attnkit experiment {esc(name)}</code>, then the report again.",
-                                           f"还没有结果：先运行 <code>attnkit experiment {esc(name)}</code>，再生成报告。") + "</p>"
+            html = "<p class='note'>" + tr(lang, f"No results yet: run <code>attnkit experiment {esc(name)}</code>, then the report again.",
+                                         f"还没有结果：先运行 <code>attnkit experiment {esc(name)}</code>，再生成报告。") + "</p>"
+            return html + (_committed_fallback(e, full, ctx, lang) if full else "")
         path = Path(ctx.out) / data["results"]  # absolute paths stay absolute
         doc = json.loads(path.read_text(encoding="utf-8"))
-        e = exp()
-        section = e.report(Results(doc["results"], path.parent, {k: v for k, v in doc.items() if k != "results"}), Path(ctx.out), lang)
-        if isinstance(section, Section):  # the story's heading (in the page's language) replaces the experiment's title
-            body = section.html
-        else:
-            body = "" if section is None else str(section)
+        results = Results(doc["results"], path.parent, {k: v for k, v in doc.items() if k != "results"})
+        takes_full = full and accepts_full_results(e.report)
+        body = _body(e.report(results, Path(ctx.out), lang, full_results=full) if takes_full else e.report(results, Path(ctx.out), lang))
+        if full and not takes_full:
+            body += _committed_fallback(e, full, ctx, lang)
         notice = _notice(doc)
         html = ""
         if notice and esc(notice) not in body:  # a data fallback is always visible, once
@@ -104,11 +115,41 @@ def experiment_section(name: str, title: Pair, question: Pair, how_to_read: Pair
 
     def _summary(data: dict, ctx: SectionContext, lang: str):
         doc = None if summary is None else load_results(data, ctx)
-        return None if doc is None else summary(doc["results"], lang)
+        if doc is None:
+            return None
+        full = committed_runs(name, ctx.committed_results)
+        if full and accepts_full_results(summary):  # the committed runs, for a summary that can use them
+            return summary(doc["results"], lang, full_results=full)
+        return summary(doc["results"], lang)
 
     return StorySection(id=section_id or name, title=title, question=question, how_to_read=how_to_read, compute=compute,
                         render=render, inputs=inputs, modules=(),
                         est_s={"quick": est_quick, "tiny": 8.0}, summary=_summary)
+
+
+def accepts_full_results(report) -> bool:
+    """Whether an experiment's ``report`` takes the committed runs (a ``full_results`` or ``**kwargs`` parameter)."""
+    try:
+        params = inspect.signature(report).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == "full_results" or p.kind is p.VAR_KEYWORD for p in params)
+
+
+def _body(section) -> str:
+    from ..experiments import Section
+
+    if isinstance(section, Section):  # the story's heading (in the page's language) replaces the experiment's title
+        return section.html
+    return "" if section is None else str(section)
+
+
+def _committed_fallback(e, full: dict, ctx: SectionContext, lang: str) -> str:
+    """For an experiment whose ``report`` does not take ``full_results``: its own section of each committed run."""
+    html = ""
+    for run_name, res in full.items():
+        html += f"<h3>{esc(describe_run(run_name, res, lang))}</h3>" + _body(e.report(res, Path(ctx.out), lang))
+    return html
 
 
 def _threads_for_busy_machine() -> int | None:

@@ -187,11 +187,10 @@ def _seq2seq_summary(res: dict, lang: str):
             tr(lang, "attention removes the fixed-vector bottleneck", "注意力消除了固定向量瓶颈"))
 
 
-def _vision_summary(res: dict, lang: str):
-    ms = res["models"]
-    best = max(ms, key=lambda n: ms[n]["acc"]["mean"])
-    return (tr(lang, f"best: {best} {100 * ms[best]['acc']['mean']:.1f} % test accuracy", f"最好：{best}，测试准确率 {100 * ms[best]['acc']['mean']:.1f}%"),
-            tr(lang, "attention over channels and pixels, not tokens", "注意力作用于通道和像素，而不是 token"))
+def _vision_summary(res: dict, lang: str, full_results=None):
+    from ..experiments.vision_prose import summary_row  # the committed --full run's verdict when there is one
+
+    return summary_row(res, lang, full_results)
 
 
 def _minilm_summary(res: dict, lang: str):

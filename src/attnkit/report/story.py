@@ -28,6 +28,7 @@ class SectionContext:
 
     out: the report folder; size: ``"quick"`` or ``"tiny"``; runs: where experiment results are
     read (``runs/``); bench_results: the folder of committed benchmark JSON (None: left out);
+    committed_results: the folder of committed experiment runs (``results/``; None: left out);
     overrides: experiment name → config overrides for runs the report starts; run_missing: run
     every experiment that has no results (else only those cheap enough, see the experiment
     sections); data: the numbers of sections already computed in this run, by id.
@@ -37,6 +38,7 @@ class SectionContext:
     size: str = "quick"
     runs: Path = Path("runs")
     bench_results: Path | None = None
+    committed_results: Path | None = None  # results/<experiment>/<run>/results.json of long runs (None: left out)
     overrides: dict = field(default_factory=dict)
     run_missing: bool = True
     data: dict = field(default_factory=dict)
