@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import time
@@ -67,7 +68,7 @@ def bench(name: str, spec: ForecastSpec, cfg: dict, batch: int, repeats: int) ->
         for i in range(0, 1024, 512):
             model(big_past[i : i + 512], big_known[i : i + 512])
 
-    row["infer_s_per_1k_windows"] = _median_s(infer, max(1, repeats // 2))
+    row["infer_s_per_1k_windows"] = _median_s(infer, repeats)
     return row
 
 
@@ -80,7 +81,7 @@ def main(argv=None) -> None:
     p.add_argument("--width", type=int, default=QUICK["width"])
     p.add_argument("--layers", type=int, default=QUICK["layers"])
     p.add_argument("--batch", type=int, default=64)
-    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--repeats", type=int, default=3, help="timed runs per number (the median is kept)")
     p.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     p.add_argument("--out", type=Path, default=RESULTS / "forecast_speed.json")
     a = p.parse_args(argv)
@@ -88,12 +89,16 @@ def main(argv=None) -> None:
     spec = ForecastSpec(a.input_len, a.horizon, a.channels + a.known, targets=tuple(range(a.channels)),
                         known_channels=a.known, period=min(48, a.input_len))
     cfg = {**QUICK, "width": a.width, "layers": a.layers}
-    rows = {}
+    rows, load_before = {}, os.getloadavg()
     for name in a.models:
         rows[name] = bench(name, spec, cfg, a.batch, a.repeats)
         print(name, json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in rows[name].items()}), flush=True)
     doc = {"config": vars(a) | {"out": str(a.out)}, "threads": 1, "torch": torch.__version__,
-           "platform": f"{platform.system()} {platform.machine()}", "models": rows}
+           "platform": f"{platform.system()} {platform.machine()}",
+           # wall-clock medians: on a shared machine they include time spent waiting for a core, so compare
+           # models within one file (same load), not absolute numbers across files
+           "loadavg_1min": {"before": round(load_before[0], 2), "after": round(os.getloadavg()[0], 2)}, "cpus": os.cpu_count(),
+           "models": rows}
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(doc, indent=1))
     print(f"wrote {a.out}")

@@ -5,7 +5,8 @@ the KV cache, greedy versus beam 4.
   ``transformer``, sized to one parameter budget by :func:`attnkit.experiments.seq2seq_models.match_budget`)
   takes ``--steps`` Adam steps on random batches of B sources of S tokens and targets of T tokens;
   reported: target tokens per second (median over steps after a warm-up) and source tokens per
-  second. The recurrent decoders run one step per target token (a Python loop with one attention
+  second; then the same model (untrained, EOS suppressed) decodes T tokens greedily for the last
+  batch's B sources, with its cache: output tokens per second, median of ``--repeats``. The recurrent decoders run one step per target token (a Python loop with one attention
   call per step), the Transformer one pass for all T: the gap grows with T.
 * **decoding** — a Transformer (``--d-model``, 2+2 layers) generates ``--out-len`` tokens for B
   sources: greedy with the caches (self-attention cache growing one token a step, cross-attention
@@ -66,9 +67,12 @@ def bench_training(args) -> dict:
             if step >= 2:  # warm-up steps allocate and pick kernels
                 times.append(time.perf_counter() - t0)
         med = statistics.median(times)
+        dec = _greedy_seconds(model.eval(), b["src"], b["src_len"], args.tgt_len, args.repeats)
         out[name] = {"params": sizes[name]["params"], "width": sizes[name]["width"], "step_ms": 1000 * med,
-                     "tgt_tokens_per_s": args.batch * args.tgt_len / med, "src_tokens_per_s": args.batch * args.src_len / med}
-        print(f"train {name:12s} {out[name]['params']:8,d} params  {out[name]['step_ms']:8.1f} ms/step  {out[name]['tgt_tokens_per_s']:9.0f} target tok/s")
+                     "tgt_tokens_per_s": args.batch * args.tgt_len / med, "src_tokens_per_s": args.batch * args.src_len / med,
+                     "greedy_s": dec, "greedy_out_tokens_per_s": args.batch * args.tgt_len / dec}
+        print(f"train {name:12s} {out[name]['params']:8,d} params  {out[name]['step_ms']:8.1f} ms/step  {out[name]['tgt_tokens_per_s']:9.0f} target tok/s"
+              f"  | greedy {out[name]['greedy_out_tokens_per_s']:8.0f} output tok/s")
     return out
 
 
@@ -86,6 +90,17 @@ class _NoEOS(torch.nn.Module):
         logits = self.model.decode_step(state, tokens)
         logits[:, EOS] = float("-inf")
         return logits
+
+
+def _greedy_seconds(model, src: torch.Tensor, src_len: torch.Tensor, out_len: int, repeats: int) -> float:
+    """Median seconds of greedy decoding ``out_len`` tokens (EOS suppressed, with the model's caches)."""
+    wrapped, times = _NoEOS(model), []
+    with torch.no_grad():
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            greedy_decode(wrapped, src, src_len, max_len=out_len, use_cache=True)
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times)
 
 
 def bench_decoding(args) -> dict:
@@ -137,7 +152,8 @@ def main(argv=None) -> None:
         args.steps, args.d_model, args.out_len, args.repeats = 2, 32, 8, 1
     torch.set_num_threads(1)
     results = {
-        "env": {"torch": torch.__version__, "python": platform.python_version(), "threads": torch.get_num_threads(), "platform": platform.platform()},
+        "env": {"torch": torch.__version__, "python": platform.python_version(), "threads": torch.get_num_threads(), "platform": platform.platform(),
+                "loadavg_1min_at_start": __import__("os").getloadavg()[0]},  # > 0 on a 2-core machine: other jobs shared it
         "config": {k: v for k, v in vars(args).items() if k not in ("out",)},
         "training": bench_training(args),
         "decoding": bench_decoding(args),

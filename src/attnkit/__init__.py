@@ -14,6 +14,7 @@ from .core.options import options
 from .core.output import AttentionOutput, BackendResult, Report
 from .core.registry import available as available_backends
 from .core.registry import register
+from . import backends as _backends  # registers the built-in backends (the core never imports them)
 from .backends.blockwise import blockwise_attention, set_tile_sizes
 from .backends.linear import linear_attention
 from .modules.multihead import MultiHeadAttention

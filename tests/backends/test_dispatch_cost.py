@@ -5,6 +5,8 @@ benchmarks/attention.py."""
 
 from __future__ import annotations
 
+import pickle
+
 import pytest
 import torch
 
@@ -75,13 +77,58 @@ def test_forced_backend_that_cannot_serve_raises_with_reason():
     assert attnkit.attention(q, k, v, return_weights=True).report.backend in ("blockwise", "reference")
 
 
-def test_without_estimates_priority_decides():
-    registry.register("no_estimate", lambda call: None, supports=lambda call: None, priority=1)
+def _no_estimate(priority):
+    return registry.register("no_estimate", lambda call: None, supports=lambda call: None, priority=priority)
+
+
+def test_a_backend_without_an_estimate_leaves_the_cost_model_on_for_the_others():
+    _no_estimate(1)  # less preferred than sdpa and blockwise
     try:
-        b, rep = choose(make_call(*_qkv(64)), "auto")
-        assert b.name == "sdpa" and rep.reason == "most preferred backend that supports the call"
+        b, rep = choose(make_call(*_qkv(4096), mask=M.sliding_window(255, 0)), "auto")
+        assert b.name == "blockwise"  # the cost model still decides between the estimated backends
+        assert set(rep.estimates) == {"sdpa", "blockwise", "reference"}
+        assert "lowest estimated time" in rep.reason
+        assert "no cost estimate" in rep.rejected["no_estimate"] and "estimated" in rep.rejected["sdpa"]
     finally:
         registry.unregister("no_estimate")
+
+
+def test_a_backend_without_an_estimate_preferred_by_priority_wins():
+    _no_estimate(20)  # more preferred than every built-in
+    try:
+        b, rep = choose(make_call(*_qkv(4096), mask=M.sliding_window(255, 0)), "auto")
+        assert b.name == "no_estimate"
+        assert "no cost estimate" in rep.reason and "blockwise" in rep.reason  # names the cost model's choice
+        assert "blockwise is" not in rep.rejected["sdpa"] and "no_estimate is preferred" in rep.rejected["blockwise"]
+    finally:
+        registry.unregister("no_estimate")
+
+
+def test_without_any_estimate_priority_decides():
+    from attnkit.core import cost
+
+    lo = registry.Backend("lo", lambda call: None, lambda call: None, priority=1)
+    hi = registry.Backend("hi", lambda call: None, lambda call: None, priority=2)
+    best, explain = cost.rank([hi, lo], {}, None)
+    why, rejected = explain()
+    assert best is hi and why == "most preferred backend that supports the call" and "hi is preferred" in rejected["lo"]
+
+
+def test_reasons_are_built_only_when_the_report_is_read(monkeypatch):
+    from attnkit.core import cost
+
+    calls = []
+    describe = cost.describe
+    monkeypatch.setattr(cost, "describe", lambda e: calls.append(e) or describe(e))
+    res = attnkit.attention(*_qkv(16))
+    assert res.report.backend == "sdpa" and calls == []  # nothing formatted on the call itself
+    text = str(res.report)
+    assert len(calls) == 3 and "lowest estimated time" in res.report.reason and "not blockwise: estimated" in text
+    res.report.reason += "; appended"
+    assert res.report.reason.endswith("; appended") and res.report.rejected["reference"].startswith("estimated")
+    unread = attnkit.attention(*_qkv(16)).report
+    copied = pickle.loads(pickle.dumps(unread))  # pickles the sentences, not the closure building them
+    assert copied.reason == unread.reason and copied.rejected == unread.rejected
 
 
 def test_report_lists_estimates_and_reason():
@@ -91,9 +138,86 @@ def test_report_lists_estimates_and_reason():
 
 
 def test_estimates_are_cheap_and_skip_aware():
-    from attnkit.core import cost
-
     q, k, v = _qkv(16384)
-    dense = cost.estimate_blockwise(make_call(q, k, v))
-    doc = cost.estimate_blockwise(make_call(q, k, v, mask=M.document(torch.arange(16384) // 1024)))
+    estimate = registry.get("blockwise").estimate  # each backend owns its estimate
+    dense = estimate(make_call(q, k, v))
+    doc = estimate(make_call(q, k, v, mask=M.document(torch.arange(16384) // 1024)))
     assert doc["time_s"] < dense["time_s"] / 5  # 16 documents: ~1/16 of the tiles
+
+
+class _Declared(Bi.CustomBias):
+    """A custom bias that describes itself: a relative, costly one."""
+
+    relative = True
+    cost_per_element = 200.0
+
+
+def test_biases_are_costed_by_what_they_declare_not_their_class():
+    q, k, v = _qkv(4096)
+    fn = lambda b, h, qi, ki: (ki - qi).float()  # noqa: E731  (relative in fact)
+    est = {name: registry.get(name).estimate for name in ("sdpa", "blockwise", "reference")}
+    plain = Bi.CustomBias(fn, depends_on=())
+    costly = Bi.CustomBias(fn, depends_on=())
+    costly.cost_per_element = 200.0  # an instance may say so too
+    for name, e in est.items():
+        assert e(make_call(q, k, v, bias=costly))["time_s"] > e(make_call(q, k, v, bias=plain))["time_s"], name
+    # declared relative: blockwise evaluates it once per tile diagonal, so it costs blockwise far less
+    declared, undeclared = _Declared(fn, depends_on=()), costly
+    b_rel = est["blockwise"](make_call(q, k, v, bias=declared))["time_s"]
+    b_abs = est["blockwise"](make_call(q, k, v, bias=undeclared))["time_s"]
+    assert b_rel < b_abs / 2
+    assert est["sdpa"](make_call(q, k, v, bias=declared)) == est["sdpa"](make_call(q, k, v, bias=undeclared))
+    summed = Bi.SumOfModifiers([Bi.ALiBi(8), declared])
+    assert summed.relative and summed.cost_per_element == Bi.ALiBi.cost_per_element + 200.0
+    assert not Bi.SumOfModifiers([Bi.ALiBi(8), plain]).relative
+
+
+def test_scores_declare_their_dot_form():
+    from attnkit import scores as Sc
+
+    class Scaled(Sc.Score):  # a user score with a dot form: q' = 2 q
+        def as_dot(self, q, k):
+            return 2 * q, k
+
+    assert Scaled().dot_form and Sc.DotScore().dot_form and Sc.CosineScore().dot_form and Sc.GeneralScore(4).dot_form
+    assert not Sc.AdditiveScore(4).dot_form
+    q, k, v = _qkv(32)
+    b, _ = choose(make_call(q, k, v, score=Scaled()), "auto")
+    assert b.name == "sdpa"  # fused kernels serve any declared dot form
+    b, rep = choose(make_call(q, k, v, score=Sc.AdditiveScore(64, 16)), "auto")
+    assert b.name != "sdpa" and "dot-product form" in rep.rejected["sdpa"]
+    wide = registry.get("reference").estimate(make_call(q, k, v, score=Sc.AdditiveScore(64, 256)))
+    narrow = registry.get("reference").estimate(make_call(q, k, v, score=Sc.AdditiveScore(64, 16)))
+    assert wide["time_s"] > narrow["time_s"]  # costed by its hidden size
+
+
+def test_blockwise_evaluates_a_declared_relative_bias_once_per_diagonal():
+    from attnkit.backends.blockwise import blockwise_attention
+
+    calls = []
+
+    def fn(b, h, qi, ki):  # relative in fact: depends on key − query only
+        calls.append(1)
+        return -0.1 * (ki - qi).abs().double()
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 32, 8, generator=g, dtype=torch.float64) for _ in range(3))
+    counts, outs = {}, {}
+    for name, bias in (("declared", _Declared(fn, depends_on=())), ("plain", Bi.CustomBias(fn, depends_on=()))):
+        call = make_call(q, k, v, bias=bias)
+        calls.clear()
+        outs[name] = blockwise_attention(call, block_q=8, block_kv=8).out
+        counts[name] = len(calls)
+    want = attnkit.attention(q, k, v, bias=Bi.CustomBias(fn, depends_on=()), backend="reference").out
+    for out in outs.values():
+        torch.testing.assert_close(out, want, rtol=1e-12, atol=1e-12)
+    assert counts["plain"] == 16 and counts["declared"] == 7  # 4 × 4 tiles; 2·4 − 1 diagonals
+
+
+def test_each_builtin_backend_registers_its_own_run_supports_and_estimate():
+    from attnkit.backends import blockwise, reference, sdpa
+
+    for module in (sdpa, blockwise, reference):
+        b = registry.get(module.__name__.rsplit(".", 1)[-1])
+        assert (b.run, b.supports, b.estimate) == (module.run, module.supports, module.estimate)
+        assert b.estimate.__module__.startswith(module.__name__)  # defined with the backend, not in the core

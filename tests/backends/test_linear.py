@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import attnkit
+from attnkit import masks as M
 from _backend_cases import make_qkv
 from attnkit.backends.linear import favor_features, linear_attention, orthogonal_gaussian
 
@@ -28,7 +29,7 @@ def quadratic(q, k, v, *, causal, phi_q, phi_k):
 @pytest.mark.parametrize("Hkv", [4, 2])
 def test_elu_equals_quadratic_form(causal, L, chunk, Hkv):
     q, k, v = make_qkv(2, 4, Hkv, L, L, 8, 6)
-    out = linear_attention(q, k, v, causal=causal, chunk=chunk)
+    out = linear_attention(q, k, v, mask=M.causal() if causal else None, chunk=chunk).out
     phi = lambda x: torch.nn.functional.elu(x) + 1  # noqa: E731
     want = quadratic(q, k, v, causal=causal, phi_q=phi(q), phi_k=phi(k))
     assert torch.allclose(out, want, atol=1e-12, rtol=1e-10)
@@ -38,7 +39,7 @@ def test_elu_equals_quadratic_form(causal, L, chunk, Hkv):
 def test_favor_equals_its_quadratic_form(causal):
     q, k, v = make_qkv(1, 2, 2, 45, 45, 8, 8)
     scale = 1 / math.sqrt(8)
-    out = linear_attention(q, k, v, causal=causal, feature_map="favor", num_features=64, seed=3, chunk=16)
+    out = linear_attention(q, k, v, mask=M.causal() if causal else None, feature_map="favor", num_features=64, seed=3, chunk=16).out
     w = orthogonal_gaussian(64, 8, seed=3, dtype=torch.float64)
     r = math.sqrt(scale)
     # independent features: exp(w·x − |x|²/2), no stabiliser (it cancels in the ratio)
@@ -72,7 +73,7 @@ def test_backend_is_approximate_and_never_auto():
     q, k, v = make_qkv(1, 2, 2, 16, 16, 8, 8, dtype=torch.float32)
     res = attnkit.attention(q, k, v, mask=attnkit.masks.causal(), backend="linear")
     assert res.report.exact is False and "approximate" in str(res.report)
-    assert torch.allclose(res.out, linear_attention(q, k, v, causal=True), atol=1e-6)
+    assert torch.allclose(res.out, linear_attention(q, k, v, mask=M.causal()).out, atol=1e-6)
     auto = attnkit.attention(q, k, v, mask=attnkit.masks.causal())
     assert auto.report.backend not in ("linear", "linear_favor")
     assert "approximate" in auto.report.rejected["linear"]
@@ -96,13 +97,26 @@ def test_forced_linear_refuses_what_it_cannot_do(kw, match):
 def test_bad_arguments():
     q, k, v = make_qkv(1, 2, 2, 8, 9, 4, 4)
     with pytest.raises(ValueError, match="L == S"):
-        linear_attention(q, k, v, causal=True)
+        linear_attention(q, k, v, mask=M.causal()).out
     with pytest.raises(ValueError, match="feature_map"):
-        linear_attention(q, k, v, feature_map="relu")
+        linear_attention(q, k, v, feature_map="relu").out
 
 
 def test_bf16_runs_in_fp32_and_returns_bf16():
     q, k, v = make_qkv(1, 2, 2, 33, 33, 8, 8, dtype=torch.float32)
-    out = linear_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), causal=True, chunk=8)
+    out = linear_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), mask=M.causal(), chunk=8).out
     assert out.dtype == torch.bfloat16
-    assert (out.float() - linear_attention(q, k, v, causal=True, chunk=8)).abs().max() < 3e-2
+    assert (out.float() - linear_attention(q, k, v, mask=M.causal(), chunk=8).out).abs().max() < 3e-2
+
+
+def test_linear_attention_speaks_the_attention_vocabulary():
+    """Same keywords as attnkit.attention, an AttentionOutput back; causal= is a deprecated alias."""
+    q, k, v = make_qkv(1, 2, 2, 16, 16, 8, 8, dtype=torch.float32)
+    res = linear_attention(q, k, v, mask=M.causal(), score="scaled_dot", dropout_p=0.0, return_weights=False)
+    assert isinstance(res, attnkit.AttentionOutput) and res.weights is None and res.report.exact is False
+    assert torch.equal(res.out, attnkit.attention(q, k, v, mask=M.causal(), backend="linear").out)
+    with pytest.warns(DeprecationWarning, match="mask=attnkit.masks.causal"):
+        old = linear_attention(q, k, v, causal=True)
+    assert torch.equal(old.out, res.out)
+    with pytest.raises(ValueError, match="weights"):
+        linear_attention(q, k, v, return_weights=True)

@@ -146,7 +146,6 @@ def test_options_validate_their_arguments(kw):
         opts.set_defaults(**kw)
 
 
-@pytest.mark.xfail(strict=False, reason="blockwise tiles read attnkit.core.options.current() once H1 wires tiling.default_tiles / set_tile_sizes to it")
 def test_tile_sizes_are_context_local_and_set_tile_sizes_is_the_default():
     from attnkit.backends.tiling import default_tiles
 

@@ -78,6 +78,30 @@ def test_results_json_has_every_model_metric_and_the_plots(reference):
     assert "beat seasonal_naive" in section.html and section.html.count("<img") == 2
 
 
+def test_committed_runs_are_read_first_in_either_language(reference):
+    from attnkit.experiments.forecast_prose import summary_row
+
+    doc = json.loads((reference / "results.json").read_text())
+    run = Results(doc["results"], reference, {k: v for k, v in doc.items() if k != "results"})
+    own = Results(json.loads(json.dumps(doc["results"])), reference, {})
+    own["settings"]["in64_h8"]["models"]["dlinear"]["mse"]["mean"] = 9.0  # tell the two runs apart in the html
+    assert ForecastExperiment_accepts_full_results()
+    for lang, committed, own_run, said in (("en", "Committed full run: etth1-full", "This report’s own run", "Lowest test MSE"),
+                                          ("zh", "已提交的完整运行：etth1-full", "本报告自己的运行", "测试 MSE（标准化）最低的是")):
+        html = F.ForecastExperiment().report(own, reference, lang, full_results={"etth1-full": run}).html
+        assert html.index(committed) < html.index(own_run) < html.index("9.0000 ± "), lang
+        assert html.count(said) == 2 and html.count("<img") == 4, lang
+    measured, meaning = summary_row(own, "zh", full_results={"etth1-full": run})
+    assert measured.startswith("etth1-full in64_h8：最好 ") and "9.000" not in measured  # the committed run, not the quick one
+    assert "种子" in meaning
+
+
+def ForecastExperiment_accepts_full_results() -> bool:
+    from attnkit.report.experiment_story import accepts_full_results
+
+    return accepts_full_results(F.ForecastExperiment().report)
+
+
 def test_test_split_is_read_only_after_training(csv, tmp_path, monkeypatch):
     from attnkit.experiments.context import RunContext
 
@@ -107,6 +131,28 @@ def test_test_split_is_read_only_after_training(csv, tmp_path, monkeypatch):
         else:
             assert what == "test"
     assert ("read", "val") in events and events.count(("read", "test")) == 2
+
+
+def test_early_stopping_fires_and_cannot_see_the_test_rows(tmp_path):
+    """Early stopping (patience 1) stops before the last epoch, and replacing the test rows by noise
+    changes the test MSE but not the epoch it stopped at nor the epoch it kept: the monitor read the
+    validation split only."""
+    import pandas as pd
+
+    df = pd.read_csv(_csv(tmp_path / "a.csv"))  # 1,200 rows, 70/10/20: the test rows are 960..1199
+    noisy = df.copy()
+    noisy.loc[1000:, "load"] = 3.0 * np.random.default_rng(1).normal(size=len(df) - 1000)
+    noisy.to_csv(tmp_path / "b.csv", index=False)
+    kw = {"models": ["dlinear"], "epochs": 12, "patience": 1, "lr": 0.05, "lr_decay": 1.0, "train_overrides": {}}
+    runs = []
+    for name in ("a", "b"):
+        _run(tmp_path / f"{name}.csv", tmp_path / f"run_{name}", **kw)
+        doc = json.loads((tmp_path / f"run_{name}" / "results.json").read_text())
+        runs.append(doc["results"]["settings"]["in64_h8"]["models"]["dlinear"])
+    a, b = runs
+    assert a["epochs"]["runs"][0] < 12, "early stopping did not fire: the test proves nothing"
+    assert a["epochs"]["runs"] == b["epochs"]["runs"] and a["best_epoch"]["runs"] == b["best_epoch"]["runs"]
+    assert abs(a["mse"]["mean"] - b["mse"]["mean"]) > 0.1  # the test rows did change, and were read after training
 
 
 def _metrics(out: Path) -> dict:

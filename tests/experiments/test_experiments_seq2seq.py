@@ -2,12 +2,14 @@
 parameters within ±10 % of the budget, training time, per-bucket ranges, counts and metrics as mean
 ± std over seeds), the figures are written, a rerun with --resume trains nothing and reproduces the
 metrics, TSV data gets BLEU/chrF, the report's reading is generated from the numbers (and says
-"does not show" when the numbers do not), and bad inputs (unknown --data, --seeds 0, an empty or
+"does not show" when the numbers do not, in English and Chinese with the same numbers, flags a run
+where no model translates, and reads committed --full runs before its own), and bad inputs (unknown --data, --seeds 0, an empty or
 tab-less TSV, a budget no model fits) get one clear error each before any training."""
 
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -119,6 +121,37 @@ def test_reading_says_shows_and_does_not_show():
     assert "does not show clearly" in flat and "Transformer is behind" in flat
 
 
+
+def test_reading_in_chinese_carries_the_same_numbers_and_verdicts():
+    fake = _fake({"rnn": (30.0, 8.0), "bahdanau": (31.0, 29.0), "luong": (30.0, 27.5), "transformer": (40.0, 38.0)})
+    en, zh = reading(fake, "en"), reading(fake, "zh")
+    assert len(en) == len(zh)
+    for a, b in zip(en, zh):  # every number of each English paragraph is in its Chinese twin
+        assert re.findall(r"\d+\.\d", a) == re.findall(r"\d+\.\d", b), (a, b)
+    text = " ".join(zh)
+    assert "瓶颈出现了" in text and "Transformer 领先" in text and "0–10 个词" in text and "超过 20 个词" in text
+    flat = " ".join(reading(_fake({"rnn": (30.0, 27.0), "bahdanau": (31.0, 29.0), "transformer": (20.0, 18.0)}), "zh"))
+    assert "瓶颈没有明显出现" in flat and "Transformer 落后" in flat
+
+
+def test_committed_runs_are_read_first_then_the_quick_run_and_the_papers(dates_run, tmp_path):
+    from attnkit.experiments.registry import Results
+
+    out, doc = dates_run
+    fake = _fake({"rnn": (30.0, 8.0), "bahdanau": (31.0, 29.0), "transformer": (40.0, 38.0)}) | {"budget": 1000, "data": {"name": "bible"}}
+    for m in fake["models"].values():
+        m["train_time_s"] = {"mean": 60.0, "std": 1.0, "runs": [59.0, 60.0, 61.0]}
+    committed = Results(fake, tmp_path / "bible-full", {"preset": "full", "seeds": [0, 1, 2], "time_s": 600, "finished": "now"})
+    for lang, own in (("en", "This report’s own run"), ("zh", "本报告自己的运行")):
+        html = section(doc["results"], out, lang, full_results={"bible-full": committed}).html
+        at_full, at_quick = html.index("bible-full"), html.index(own)
+        assert at_full < html.index("30.0") < at_quick  # the committed run's numbers come first
+        assert html.count("<table>") == 3 + 4 + 1  # committed: 2 metrics + sizes; quick: 2 metrics + sizes + examples; papers
+        assert "26.75" in html and "17.82" in html and "19.00" in html and "14.00" in html
+    alone = section(doc["results"], out).html
+    assert "This report’s own run" not in alone and "26.75" in alone
+
+
 def test_bad_data_and_seeds_are_clear_errors_before_work(tmp_path, capsys):
     with pytest.raises(SetupError, match="--data must be 'dates', 'bible' or a path to a .tsv"):
         run_experiment("seq2seq", out=tmp_path / "a", overrides={"data": "wmt14"}, show_progress=False)
@@ -191,3 +224,22 @@ def test_torchrun_two_processes_match_one_process(tmp_path):
         for ra, rb in zip(ha, hb):
             for k in ("train_loss", "val_loss"):
                 assert rb[k] == pytest.approx(ra[k], rel=1e-3, abs=1e-5), (name, ra, rb)
+
+
+def test_summary_row_quotes_the_committed_runs_when_there_are_any(dates_run, tmp_path):
+    from attnkit.experiments.registry import Results
+    from attnkit.experiments.seq2seq_report import summary_row
+
+    _, doc = dates_run
+    own, _ = summary_row(doc["results"], "en")
+    assert own.startswith("exact match %: no attention ") and "dates-full" not in own
+    committed = Results(_fake({"rnn": (30.0, 8.0), "bahdanau": (31.0, 29.0)}), tmp_path, {})
+    measured, _ = summary_row(doc["results"], "zh", full_results={"bible-full": committed})
+    assert measured == "bible-full: BLEU：无注意力 19.0，Bahdanau 30.0"  # one run in the fake: no ± spread
+
+
+def test_a_run_where_no_model_translates_is_flagged_first():
+    weak = reading(_fake({"rnn": (1.0, 0.2), "bahdanau": (1.2, 0.4), "transformer": (0.9, 0.1)}), "en")
+    assert weak[0].startswith("Read this run with care: the best model reaches only 0.8 BLEU (under 5)")
+    assert reading(_fake({"rnn": (1.0, 0.2), "transformer": (0.9, 0.1)}), "zh")[0].startswith("请谨慎解读这次运行")
+    assert not reading(_fake({"rnn": (30.0, 8.0), "bahdanau": (31.0, 29.0)}))[0].startswith("Read this run with care")

@@ -206,3 +206,49 @@ def test_one_seed_gives_no_verdict_and_no_claim(tmp_path):
     assert "no spread to tell a difference from noise" in text and "helped" not in text and "None of the attention" not in text
     assert "no verdict" in summary_row(res)[0]
     assert "one seed: cannot tell" in section(Results(res, tmp_path, {}), tmp_path).html
+
+
+# ------------------------------------------------------------------ the cost paragraph: read from the benchmark JSON
+from attnkit.experiments.vision_cost_prose import COST_FILE, cost_html, cost_sentences  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _cost_row(size, impl, ms, mib, backend="blockwise"):
+    return {"size": size, "impl": impl, "channels": 64, "heads": 4, "runs": 3, "device": "cpu", "threads": 1,
+            "median_ms": ms, "peak_mib": mib, "backend": backend}
+
+
+def test_cost_sentences_follow_the_json_in_both_languages(tmp_path):
+    cost = {"rows": [_cost_row(20, "auto", 40.0, 20.0), _cost_row(20, "naive", 60.0, 50.0, "naive"),
+                     _cost_row(80, "auto", 2000.0, 100.0), _cost_row(80, "naive", 9000.0, 3000.0, "naive"),
+                     _cost_row(40, "blockwise", 1.0, 1.0)]}  # a size without the auto/naive pair is left out
+    en, zh = cost_sentences(cost, "en"), cost_sentences(cost, "zh")
+    assert len(en) == len(zh) == 2 and en[0].startswith("For a 20×20 feature map")  # sorted by size
+    assert "40.0 ms and 20.0 MiB" in en[0] and "60.0 ms and 50.0 MiB" in en[0] and "1.50× the speed, 2.5× less memory" in en[0]
+    assert "2,000 ms" in en[1] and "9,000 ms and 3,000 MiB" in en[1] and "4.50× the speed, 30.0× less memory" in en[1]
+    for e, z in zip(en, zh):  # the same numbers in the Chinese sentence
+        nums = lambda t: re.findall(r"\d+(?:[.,]\d+)*", t.replace("1/", ""))  # noqa: E731 (zh says "1/2.5", en "2.5× less")
+        assert nums(e) == nums(z) and CJK.search(z)
+    path = tmp_path / "vision_cost.json"
+    path.write_text(json.dumps(cost))
+    quick, full = _fake_pair(tmp_path)
+    html = section(quick, tmp_path, "en", full_results={"full": full}, cost_file=path).html
+    assert "The cost of self-attention over pixels" in html and "9,000 ms" in html
+    assert html.index("published gain") < html.index("The cost of self-attention")  # after the papers' table
+    for missing in (None, tmp_path / "absent.json"):
+        assert "The cost of self-attention" not in section(quick, tmp_path, "en", cost_file=missing).html
+    (tmp_path / "bad.json").write_text("{not json")
+    assert cost_html("en", tmp_path / "bad.json") == ""
+
+
+def test_the_committed_cost_benchmark_is_quoted_from_its_json():
+    path = REPO / COST_FILE
+    rows = {(r["size"], r["impl"]): r for r in json.loads(path.read_text())["rows"]}
+    html = cost_html("en", path)
+    for size in (20, 40, 80):  # the P5, P4, P3 maps of a 640-pixel input, each auto against naive
+        a, n = rows[(size, "auto")], rows[(size, "naive")]
+        assert f"For a {size}×{size} feature map" in html
+        assert f"{n['median_ms'] / a['median_ms']:.2f}× the speed, {n['peak_mib'] / a['peak_mib']:.1f}× less memory" in html
+    assert n["peak_mib"] / a["peak_mib"] > 10  # at 80×80 the naive layer's N² scores dominate its memory
+    assert "速度是它的" in cost_html("zh", path)

@@ -18,14 +18,12 @@ def _ran(name, v, backend):  # the backend that actually ran (auto reports its c
 
 OPEN_REQUESTS = {
     "issue 8 item 2 (H1): masked keys/bias holding NaN/inf/1e38 leak into out and grads":
-        lambda p, name, v, hostile: hostile,
-    "issue 8 item 1 (H1): blockwise half precision (scores/softmax/D not in float32)":
-        lambda p, name, v, hostile: p["dtype"] in HALF and _ran(name, v, "blockwise"),
+        lambda p, name, v, hostile: hostile and not _ran(name, v, "blockwise"),  # blockwise: fixed (A1)
     "issue 8 item 1 (H1): sdpa half-precision bias materialized in the input dtype":
         lambda p, name, v, hostile: p["dtype"] in HALF and bool(p["bias"]) and _ran(name, v, "sdpa"),
     "H4 request (H1, scores.py): cosine/general scores transformed in the half dtype":
         lambda p, name, v, hostile: p["dtype"] in HALF and p["score"] in ("cosine", "general", "general_heads")
-        and (_ran(name, v, "sdpa") or _ran(name, v, "blockwise")),
+        and _ran(name, v, "sdpa"),  # blockwise: as_dot on float32 copies (A1)
     "H4 request (H1): reference sums GQA/MQA dk, dv over the group in the half dtype":
         lambda p, name, v, hostile: p["dtype"] in HALF and p["Hkv"] < p["H"] and _ran(name, v, "reference")
         and set(v.failure.split(",")) <= {"dk", "dv"},

@@ -63,14 +63,3 @@ def test_ring_section_runs_torchrun_and_matches_sdpa(tmp_path):
     assert result["world_size"] == 2 and result["backend"] == "gloo" and result["causal"]
     assert result["max_abs_out_diff"] < 1e-5 and result["max_abs_dq_diff"] < 1e-5
     assert json.loads((tmp_path / "w2.json").read_text()) == result
-
-
-def test_viz_section_embeds_the_viewer_and_the_focus_table(tmp_path):
-    pytest.importorskip("transformers")
-    pytest.importorskip("matplotlib")
-    from attnkit.report.viz_section import viz_section
-
-    html = viz_section(tmp_path)
-    assert '<iframe src="viz/attention.html"' in html
-    assert (tmp_path / "viz" / "attention.html").exists()
-    assert "Where it (position 10) attends" in html and "head 11: animal" in html

@@ -71,7 +71,7 @@ U = phi(k).transpose(-2, -1) @ v
 z = phi(k).sum(-2, keepdim=True)
 lin = (phi(q) @ U) / (phi(q) * z).sum(-1, keepdim=True)
 print("max |linear order - quadratic order| =", (lin - quad).abs().max().item())
-print("max |by hand - attnkit.linear_attention(elu)| =", (lin - attnkit.linear_attention(q, k, v, feature_map="elu")).abs().max().item())
+print("max |by hand - attnkit.linear_attention(elu).out| =", (lin - attnkit.linear_attention(q, k, v, feature_map="elu").out).abs().max().item())
 
 # %% [markdown]
 # ## Cost: multiply-adds as n grows
@@ -102,17 +102,17 @@ print("crossover near n =", int(1.5 * F_feat), "for these constants")
 # %%
 exact = attnkit.attention(q, k, v).out
 rel = lambda o: ((o - exact).norm() / exact.norm()).item()
-print(f"elu + 1           : relative error {rel(attnkit.linear_attention(q, k, v, feature_map='elu')):.3f}")
+print(f"elu + 1           : relative error {rel(attnkit.linear_attention(q, k, v, feature_map='elu').out):.3f}")
 features = [16, 64, 256] if SMALL else [16, 64, 256, 1024, 4096]
 seeds = range(2 if SMALL else 5)
 errors = []
 for n_feat in features:
-    e = np.mean([rel(attnkit.linear_attention(q, k, v, feature_map="favor", num_features=n_feat, seed=s)) for s in seeds])
+    e = np.mean([rel(attnkit.linear_attention(q, k, v, feature_map="favor", num_features=n_feat, seed=s).out) for s in seeds])
     errors.append(e)
     print(f"FAVOR+ F={n_feat:5d}  : relative error {e:.3f}")
 fig, ax = plt.subplots(figsize=(5.5, 3.6), constrained_layout=True)
 ax.loglog(features, errors, marker="o", label="FAVOR+ (mean over seeds)")
-ax.axhline(rel(attnkit.linear_attention(q, k, v, feature_map="elu")), color="tab:red", ls="--", label="elu + 1")
+ax.axhline(rel(attnkit.linear_attention(q, k, v, feature_map="elu").out), color="tab:red", ls="--", label="elu + 1")
 ax.set_xlabel("number of random features F")
 ax.set_ylabel("relative error vs softmax attention")
 ax.set_title(f"linear attention error, n={L}, E={E}")
@@ -131,7 +131,7 @@ plt.show()
 # 1. Multiply `q` and `k` by 2 (sharper softmax) and measure the FAVOR+ error again at F = 256. Why
 #    does it grow?
 # 2. Write causal linear attention as an RNN: a running state `U_i = U_{i-1} + φ(k_i) v_iᵀ` and
-#    `z_i = z_{i-1} + φ(k_i)`. Check it against `attnkit.linear_attention(..., causal=True)`.
+#    `z_i = z_{i-1} + φ(k_i)`. Check it against `attnkit.linear_attention(..., mask=attnkit.masks.causal()).out`.
 # 3. At what `n` does linear attention with `F = 256` start to need fewer multiply-adds than softmax
 #    attention, using the counts above?
 #

@@ -69,7 +69,7 @@ U = phi(k).transpose(-2, -1) @ v
 z = phi(k).sum(-2, keepdim=True)
 lin = (phi(q) @ U) / (phi(q) * z).sum(-1, keepdim=True)
 print("max |linear order - quadratic order| =", (lin - quad).abs().max().item())
-print("max |by hand - attnkit.linear_attention(elu)| =", (lin - attnkit.linear_attention(q, k, v, feature_map="elu")).abs().max().item())
+print("max |by hand - attnkit.linear_attention(elu).out| =", (lin - attnkit.linear_attention(q, k, v, feature_map="elu").out).abs().max().item())
 
 # %% [markdown]
 # ## 代价：乘加次数随 n 的增长
@@ -100,17 +100,17 @@ print("crossover near n =", int(1.5 * F_feat), "for these constants")
 # %%
 exact = attnkit.attention(q, k, v).out
 rel = lambda o: ((o - exact).norm() / exact.norm()).item()
-print(f"elu + 1           : relative error {rel(attnkit.linear_attention(q, k, v, feature_map='elu')):.3f}")
+print(f"elu + 1           : relative error {rel(attnkit.linear_attention(q, k, v, feature_map='elu').out):.3f}")
 features = [16, 64, 256] if SMALL else [16, 64, 256, 1024, 4096]
 seeds = range(2 if SMALL else 5)
 errors = []
 for n_feat in features:
-    e = np.mean([rel(attnkit.linear_attention(q, k, v, feature_map="favor", num_features=n_feat, seed=s)) for s in seeds])
+    e = np.mean([rel(attnkit.linear_attention(q, k, v, feature_map="favor", num_features=n_feat, seed=s).out) for s in seeds])
     errors.append(e)
     print(f"FAVOR+ F={n_feat:5d}  : relative error {e:.3f}")
 fig, ax = plt.subplots(figsize=(5.5, 3.6), constrained_layout=True)
 ax.loglog(features, errors, marker="o", label="FAVOR+ (mean over seeds)")
-ax.axhline(rel(attnkit.linear_attention(q, k, v, feature_map="elu")), color="tab:red", ls="--", label="elu + 1")
+ax.axhline(rel(attnkit.linear_attention(q, k, v, feature_map="elu").out), color="tab:red", ls="--", label="elu + 1")
 ax.set_xlabel("number of random features F")
 ax.set_ylabel("relative error vs softmax attention")
 ax.set_title(f"linear attention error, n={L}, E={E}")
@@ -126,7 +126,7 @@ plt.show()
 #
 # 1. 把 `q` 和 `k` 乘以 2（softmax 更尖锐），在 F = 256 时再测一次 FAVOR+ 误差。为什么误差变大了？
 # 2. 把因果线性注意力写成 RNN：滚动状态 `U_i = U_{i-1} + φ(k_i) v_iᵀ`、`z_i = z_{i-1} + φ(k_i)`。
-#    与 `attnkit.linear_attention(..., causal=True)` 对照。
+#    与 `attnkit.linear_attention(..., mask=attnkit.masks.causal()).out` 对照。
 # 3. 按上面的计数，`F = 256` 的线性注意力从多大的 `n` 开始比 softmax 注意力需要更少的乘加？
 #
 # 解答：`solutions/07_linear_attention.py`。

@@ -42,15 +42,15 @@ S keys, E head dim, Ev value dim, F features, C chunk length.
 from __future__ import annotations
 
 import math
+import warnings
 
 import torch
 import torch.nn.functional as F
 
-from ..core.call import AttentionCall
+from ..core.call import AttentionCall, make_call
 from ..core.checks import require_choice, require_positive_int
-from ..core.masks import CausalMask
-from ..core.output import BackendResult
-from ..core.scores import Score
+from ..core.masks import CausalMask, as_mask
+from ..core.output import AttentionOutput, BackendResult, Report
 
 __all__ = ["linear_attention", "elu_features", "favor_features", "orthogonal_gaussian", "run", "run_favor", "supports"]
 
@@ -98,19 +98,54 @@ def linear_attention(
     k: torch.Tensor,
     v: torch.Tensor,
     *,
-    causal: bool = False,
-    feature_map: str = "elu",
+    mask=None,
+    bias=None,
+    score=None,
+    dropout_p: float = 0.0,
+    return_weights: bool = False,
     scale: float | None = None,
+    feature_map: str = "elu",
+    num_features: int = 256,
+    seed: int = 0,
+    chunk: int = 64,
+    causal: bool | None = None,
+) -> AttentionOutput:
+    """Kernelized attention with :func:`attnkit.attention`'s vocabulary; returns :class:`AttentionOutput`
+    (``.out`` (B, H, L, Ev); no weights or lse; the report marks it approximate).
+
+    q (B, H, L, E), k (B, Hkv, S, E), v (B, Hkv, S, Ev). ``mask``: None or ``masks.causal()`` with
+    L == S (query i sees keys 0..i). ``score``: any score with a dot-product form. ``bias``,
+    ``dropout_p > 0`` and ``return_weights=True`` need the (L, S) scores linear attention never forms,
+    so they raise ``ValueError``. ``scale`` (default 1/sqrt(E)) matters only for ``"favor"``;
+    ``num_features`` and ``seed`` fix its random projection; ``chunk`` is the causal chunk length C.
+    ``causal=True`` is the deprecated spelling of ``mask=masks.causal()``.
+    """
+    if causal is not None:
+        warnings.warn("linear_attention(causal=...) is deprecated; pass mask=attnkit.masks.causal()", DeprecationWarning, stacklevel=2)
+        if causal:
+            mask = CausalMask() if mask is None else as_mask(mask) & CausalMask()
+    call = make_call(q, k, v, score=score, mask=mask, bias=bias, scale=scale, dropout_p=dropout_p, return_weights=return_weights)
+    why = supports(call)
+    if why is not None:
+        raise ValueError(f"linear_attention cannot serve this call: {why}")
+    name = "linear" if feature_map == "elu" else "linear_favor"
+    out = _run(call, feature_map, num_features=num_features, seed=seed, chunk=chunk).out
+    return AttentionOutput(out, None, None, Report(name, "called directly (linear_attention)", exact=False))
+
+
+def _linear(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    causal: bool,
+    feature_map: str,
+    scale: float,
     num_features: int = 256,
     seed: int = 0,
     chunk: int = 64,
 ) -> torch.Tensor:
-    """Kernelized attention. q (B, H, L, E), k (B, Hkv, S, E), v (B, Hkv, S, Ev) → (B, H, L, Ev).
-
-    ``causal=True`` needs L == S (query i sees keys 0..i). ``scale`` (default 1/sqrt(E)) matters only
-    for ``"favor"``; ``num_features`` and ``seed`` fix its random projection; ``chunk`` is the causal
-    chunk length C.
-    """
+    """The kernel: q (B, H, L, E), k (B, Hkv, S, E), v (B, Hkv, S, Ev) → (B, H, L, Ev)."""
     require_choice("feature_map", feature_map, FEATURE_MAPS)
     require_positive_int("num_features", num_features)
     require_positive_int("chunk", chunk)
@@ -123,7 +158,6 @@ def linear_attention(
     g = H // Hkv
     dt = q.dtype
     work = torch.float64 if dt == torch.float64 else torch.float32  # features in fp32 for half inputs
-    scale = 1.0 / math.sqrt(E) if scale is None else scale
     fq, fk = _features(q.to(work), k.to(work), feature_map, scale, num_features, seed)  # (B, H, L, F), (B, Hkv, S, F)
     vv = v.to(work)
     fq = fq.view(B, Hkv, g, L, -1)  # (B, Hkv, g, L, F): query heads grouped by the kv head they read
@@ -155,7 +189,7 @@ def linear_attention(
 def supports(call: AttentionCall) -> str | None:
     if call.return_weights:
         return "linear attention never forms the (L, S) weights (return_weights=True); use reference or blockwise"
-    if type(call.score).as_dot is Score.as_dot:
+    if not call.score.dot_form:
         return f"score {call.score.name!r} has no dot-product form, which kernelized attention needs"
     if call.bias is not None:
         return "linear attention cannot apply a bias or score modifier (it never forms the (L, S) scores)"
@@ -169,9 +203,9 @@ def supports(call: AttentionCall) -> str | None:
     return None
 
 
-def _run(call: AttentionCall, feature_map: str) -> BackendResult:
+def _run(call: AttentionCall, feature_map: str, **kw) -> BackendResult:
     q, k = call.score.as_dot(call.q, call.k)
-    out = linear_attention(q, k, call.v, causal=call.mask is not None, feature_map=feature_map, scale=call.scale)
+    out = _linear(q, k, call.v, causal=call.mask is not None, feature_map=feature_map, scale=call.scale, **kw)
     return BackendResult(out, None, None, 0, [])
 
 

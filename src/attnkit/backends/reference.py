@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ..core import cost
 from ..core.call import AttentionCall
 from ..core.output import BackendResult, materialized
 from ..core.softmax import safe_softmax
@@ -51,3 +52,24 @@ def run(call: AttentionCall) -> BackendResult:
 
 def supports(call: AttentionCall) -> str | None:
     return None
+
+
+_SOFTMAX_OPS = 6.0  # max, subtract, exp, sum, divide, mask fill: passes not in the flops rate
+
+
+def estimate(call: AttentionCall) -> cost.Estimate:
+    """Time and extra bytes of :func:`run`: every (B, H, L, S) tensor is materialized in fp32."""
+    B, H, Hkv, L, S, E, Ev = cost.dims(call)
+    pairs = B * H * L * S
+    elem = cost.RATES["elem_per_s"]
+    time_s = cost.RATES["call_overhead_s"]["reference"] + 2 * pairs * (E + Ev) / cost.rate("reference_flops", call.q.dtype)
+    time_s += pairs * (_SOFTMAX_OPS + cost.bias_ops(call.bias) + cost.score_ops(call)) / elem
+    nbytes = 4.0 * pairs * 4  # scores, exp, weights, mask fill: each (B, H, L, S) fp32
+    if call.mask is not None:
+        n = cost.extent(call.mask, B, H, L, S)
+        time_s += n * cost.MASK_OPS / elem
+        nbytes += n
+    if Hkv != H:
+        nbytes += 2 * B * H * S * (E + Ev) * 4  # repeated k and v
+    nbytes += B * H * L * Ev * call.q.element_size()
+    return {"time_s": time_s, "bytes": float(nbytes)}

@@ -21,15 +21,16 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ..core import cost
 from ..core.call import AttentionCall
 from ..core.masks import CausalMask
 from ..core.output import BackendResult, materialized
-from ..core.scores import Score
+from ..core.tiles import kept_fraction
 
 def supports(call: AttentionCall) -> str | None:
     if call.return_weights:
         return "SDPA does not return attention weights (return_weights=True); reference or blockwise can"
-    if type(call.score).as_dot is Score.as_dot:
+    if not call.score.dot_form:
         return f"score {call.score.name!r} has no dot-product form (SDPA computes only q·kᵀ)"
     if call.bias is not None and not call.bias.additive:
         return f"bias {type(call.bias).__name__} is a general score_mod, not additive; SDPA takes only an additive float mask"
@@ -80,3 +81,34 @@ def run(call: AttentionCall) -> BackendResult:
     if empty_rows is not None and fully_masked:
         out = out.masked_fill(empty_rows.unsqueeze(-1), 0.0)
     return BackendResult(out, None, None, fully_masked, mats)
+
+
+def estimate(call: AttentionCall) -> cost.Estimate:
+    """Time and extra bytes of :func:`run` (terms in :mod:`attnkit.core.cost`): all L·S pairs are
+    computed unless ``is_causal`` is exact, whose kernel skips whole 512-key tiles; any other mask
+    or bias is built densely, folded together and scanned for empty rows."""
+    B, H, _, L, S, E, Ev = cost.dims(call)
+    dt = call.q.dtype
+    pairs = B * H * L * S
+    elem = cost.RATES["elem_per_s"]
+    es = call.q.element_size()
+    nbytes = 0.0
+    time_s = cost.RATES["call_overhead_s"]["sdpa"]
+    mask, bias = call.mask, call.bias
+    if mask is not None and _uses_is_causal(call):
+        kept, _ = kept_fraction(mask, L, S, 512, 512)
+        time_s += 2 * pairs * (E + Ev) * kept / cost.rate("sdpa_flops", dt)
+    else:
+        time_s += 2 * pairs * (E + Ev) / cost.rate("sdpa_flops", dt)
+        n_mask = cost.extent(mask, B, H, L, S) if mask is not None else 0
+        if mask is not None:
+            time_s += n_mask * (cost.MASK_OPS + 2) / elem  # evaluate the predicate, find empty rows
+            nbytes += n_mask  # one bool per element
+        if bias is not None:
+            n = max(cost.extent(bias, B, H, L, S), n_mask)
+            time_s += n * (cost.bias_ops(bias) + 3) / elem  # build, fold mask in, scan for empty rows
+            nbytes += 2 * n * es  # the bias and its masked copy
+        if mask is not None or bias is not None:
+            time_s += pairs * 1.0 / elem  # the kernel reads the dense mask for every score
+    nbytes += B * H * L * Ev * es  # output
+    return {"time_s": time_s, "bytes": float(nbytes)}

@@ -34,11 +34,18 @@ ScoreModFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, t
 
 
 class ScoreModifier(nn.Module):
-    """Base class. Additive subclasses implement :meth:`bias_fn`; others override :meth:`score_mod`."""
+    """Base class. Additive subclasses implement :meth:`bias_fn`; others override :meth:`score_mod`.
+
+    A modifier describes itself to the cost model and the tile planner (nothing elsewhere reads
+    its class): ``relative`` — its value depends only on (head, key position − query position),
+    so tiles along one diagonal share it; ``cost_per_element`` — element-wise tensor passes per
+    score element to evaluate it (a count, timed in :mod:`attnkit.core.cost`)."""
 
     dims: frozenset[str] = frozenset()
     additive: bool = True
     num_heads: int | None = None
+    relative: bool = False
+    cost_per_element: float = 8.0  # unknown code (custom biases, score_mods): a guess of a few ops
 
     def bias_fn(self, L: int, S: int) -> BiasFn:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -122,6 +129,8 @@ class ALiBi(ScoreModifier):
     """``bias = -slope_h * |pos_q - pos_k|`` (equal to the paper's causal form for keys in the past)."""
 
     dims = frozenset({"h"})
+    relative = True
+    cost_per_element = 4.0  # subtract, abs, cast, multiply
 
     def __init__(self, num_heads: int, *, align: str = "bottom_right", slopes: torch.Tensor | None = None):
         super().__init__()
@@ -167,6 +176,8 @@ class T5RelativeBias(ScoreModifier):
     """Learned scalar per (bucket, head); bidirectional for encoders, causal for decoders."""
 
     dims = frozenset({"h"})
+    relative = True
+    cost_per_element = 14.0  # bucket: compare, abs, clamp, log, divide, round, clamp, where, gather
 
     def __init__(
         self,
@@ -213,6 +224,8 @@ class RelativePositionBias(ScoreModifier):
     """Shaw-style learned scalar per head for each clipped distance in ``[-max_distance, max_distance]``."""
 
     dims = frozenset({"h"})
+    relative = True
+    cost_per_element = 6.0  # subtract, clamp, offset, gather
 
     def __init__(self, num_heads: int, *, max_distance: int = 16, align: str = "bottom_right", device=None, dtype=None):
         super().__init__()
@@ -272,6 +285,8 @@ class ScoreMod(ScoreModifier):
 class TensorBias(ScoreModifier):
     """A dense additive float tensor broadcastable to (B, H, L, S)."""
 
+    cost_per_element = 2.0  # gather and add
+
     def __init__(self, t: torch.Tensor):
         super().__init__()
         if not isinstance(t, torch.Tensor) or not t.is_floating_point():
@@ -308,6 +323,14 @@ class SumOfModifiers(ScoreModifier):
         if len(heads) > 1:
             raise ValueError(f"biases were built for different head counts {sorted(heads)}")
         self.num_heads = heads.pop() if heads else None
+
+    @property
+    def relative(self) -> bool:
+        return all(p.relative for p in self.parts)
+
+    @property
+    def cost_per_element(self) -> float:
+        return float(sum(p.cost_per_element for p in self.parts))
 
     def bias_fn(self, L, S):
         fns = [p.bias_fn(L, S) for p in self.parts]

@@ -23,6 +23,7 @@ from . import hooks
 from .biases import ScoreModifier, as_modifier
 from .checks import require_bool, require_dense_rank, require_finite_scale, require_floating, require_ndim, require_probability, require_tensor
 from .custom_checks import check_custom_functions
+from .dispatch import choose
 from .masks import Mask, as_mask
 from .output import AttentionOutput, Report
 from .scores import Score, as_score
@@ -117,7 +118,8 @@ def make_call(
             raise ValueError(f"bias was built for num_heads={bm.num_heads} but q has H={H}; build it with num_heads={H}")
         _check_dense_shape("bias", bm, L, S, B, H)
         bm.score_mod(L, S)  # likewise: a dense bias built for another (L, S) fails here, not in a backend
-    check_custom_functions(m, bm, B, H, L, S, q.device)
+    if m is not None or bm is not None:
+        check_custom_functions(m, bm, B, H, L, S, q.device)
     s = require_finite_scale(scale)
     if memory_budget is not None and (isinstance(memory_budget, bool) or not isinstance(memory_budget, int) or memory_budget <= 0):
         raise ValueError(f"memory_budget must be a positive int of bytes or None (no cap), got {memory_budget!r}")
@@ -172,8 +174,6 @@ def attention(
     )
     if not isinstance(backend, str):
         raise TypeError(f"backend must be a string name, got {type(backend).__name__}")
-    from .dispatch import choose
-
     chosen, report = choose(call, backend)
     if q.shape[0] == 0:  # B = 0: nothing to compute; the chosen backend is still the one that would run
         report.reason += "; B=0, empty result (backend not run)"
@@ -211,12 +211,16 @@ def _notify_eagerly(call: AttentionCall, result: AttentionOutput) -> None:
 
 def _count(n: object) -> int | torch.Tensor | None:
     """A backend's fully-masked-row count as an int; a 0-d tensor stays one under ``torch.compile``
-    (reading it would break the graph), and a ``meta`` tensor has no value to read (None)."""
+    (reading it would break the graph), and a ``meta`` tensor or one inside torch.func.vmap/grad has no value to read (None)."""
     if not isinstance(n, torch.Tensor):
         return n
     if n.device.type == "meta":
         return None
-    return n if torch.compiler.is_compiling() else int(n)
+    if torch.compiler.is_compiling():
+        return n
+    if torch._C._functorch.is_functorch_wrapped_tensor(n):
+        return None  # under torch.func (vmap/grad): no single value to read
+    return int(n)
 
 
 def _empty_output(call: AttentionCall, report: Report) -> AttentionOutput:

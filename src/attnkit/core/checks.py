@@ -84,13 +84,3 @@ def require_choice(name: str, value: Any, valid: list[str] | tuple[str, ...]) ->
     if value not in valid:
         raise ValueError(f"{name} must be one of {sorted(valid)}, got {value!r}")
     return value
-
-
-def broadcastable(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
-    """True when ``shape`` broadcasts to ``target`` without changing ``target``."""
-    if len(shape) > len(target):
-        return False
-    for a, t in zip(reversed(shape), reversed(target)):
-        if a not in (1, t):
-            return False
-    return True

@@ -1,167 +1,149 @@
-"""A cost model for backends: estimated time and extra memory of one attention call.
+"""The cost model's shared parts: measured rates, counts every backend's estimate uses, and the ranking.
 
 ``auto`` dispatch (:mod:`attnkit.core.dispatch`) asks each backend that supports a call for
-``{"time_s": .., "bytes": ..}`` and picks the fastest whose bytes fit the memory budget. The model
-is a roofline-style sum of a few terms, each a count times a rate measured on this 2-core CPU
+``{"time_s": .., "bytes": ..}`` (the backend's own ``estimate``, next to its ``run``) and
+:func:`rank` picks the fastest whose bytes fit the memory budget. Every estimate is a
+roofline-style sum of a few terms, each a count times a rate measured on this 2-core CPU
 (``../shared/PERF-NOTES.md`` and ``benchmarks/results/attention*.json``):
 
-* GEMM work: ``2·B·H·(E + Ev)`` flops per attended (query, key) pair that a backend actually
-  computes — all L·S pairs for SDPA with an explicit mask (it never skips), the 512-tile causal
-  fraction for SDPA's ``is_causal``, and the fraction of tiles the mask keeps for blockwise;
-* element-wise passes over computed score elements (softmax, masking, bias evaluation), whose
-  count depends on the bias kind (ALiBi: a few ops; T5: a bucket log per element);
-* building the dense mask / bias SDPA needs (the user would build it too: one evaluation per
-  element of the (B|1, H|1, L, S) tensor, plus writing it);
-* a fixed cost per Python-level tile for blockwise (why it loses below ~1k tokens).
+* GEMM work: ``2·B·H·(E + Ev)`` flops per attended (query, key) pair the backend computes;
+* element-wise passes over computed score elements (softmax, masking, bias and score
+  evaluation) — how many, the bias and score say themselves (``cost_per_element``);
+* building dense masks / biases where a backend needs them (:func:`extent` elements each);
+* fixed Python costs per call and per tile.
 
-Bytes are the extra memory a backend allocates beyond its inputs and output: dense score, mask
-and bias tensors (O(L·S)) for reference and SDPA, accumulators and a few tiles (O(n)) for
-blockwise. Estimates are cheap (no tensor of size L·S is touched): masks with analytic tile states
-(causal, window, prefix, padding, documents) cost one small tensor expression.
+Bytes are the extra memory a backend allocates beyond its inputs and output. Estimates must be
+cheap: no tensor of size L·S is touched (tile maps come from :func:`attnkit.core.tiles.kept_fraction`).
+This module names no backend's code; the per-backend rates below are a table the estimates read.
 
 Shape legend: B batch, H heads, Hkv kv heads, L queries, S keys, E/Ev head dims.
 """
 
 from __future__ import annotations
 
-import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import torch
 
 if TYPE_CHECKING:
     from .call import AttentionCall
+    from .registry import Backend
 
 # rates measured on the 2-core CPU (torch 2.13 cpu); other devices reuse them as relative weights
 RATES = {
     # attention flops per second (GEMM + softmax together), by backend and dtype
     "sdpa_flops": {torch.float32: 115e9, torch.bfloat16: 140e9, torch.float16: 4e9, torch.float64: 40e9},
-    "blockwise_flops": {torch.float32: 85e9, torch.bfloat16: 150e9, torch.float16: 4e9, torch.float64: 35e9},
+    # blockwise bf16: float32 GEMMs since the half-precision fix, 1.05x its float32 rate (benchmarks/results/bf16_rates.json)
+    "blockwise_flops": {torch.float32: 85e9, torch.bfloat16: 89e9, torch.float16: 4e9, torch.float64: 35e9},
     "reference_flops": {torch.float32: 110e9, torch.bfloat16: 110e9, torch.float16: 110e9, torch.float64: 40e9},
     "elem_per_s": 1.2e9,  # one element-wise op over one fp32 element
     "tile_overhead_s": 40e-6,  # Python and dispatch cost of one blockwise tile
     "call_overhead_s": {"sdpa": 30e-6, "blockwise": 300e-6, "reference": 100e-6},
 }
 
-# element-wise ops per score element to evaluate a bias or mask on it (count of tensor passes)
-_BIAS_OPS = {"ALiBi": 4.0, "T5RelativeBias": 14.0, "RelativePositionBias": 6.0, "TensorBias": 2.0}
-_MASK_OPS = 3.0
-_SOFTMAX_OPS = {"sdpa": 0.0, "blockwise": 0.0, "reference": 6.0}  # passes not already in the flops rate
+MASK_OPS = 3.0  # element-wise passes to evaluate a mask predicate on one element
+
+Estimate = dict[str, float]  # {"time_s": seconds, "bytes": extra bytes}
+
+MARGIN = 1.10  # a less preferred backend must be estimated this many times faster to be chosen
 
 
-def _dims(call: "AttentionCall") -> tuple[int, int, int, int, int, int, int]:
+def dims(call: "AttentionCall") -> tuple[int, int, int, int, int, int, int]:
+    """(B, H, Hkv, L, S, E, Ev) of a call."""
     B, H, L, E = call.q.shape
-    return B, H, call.k.shape[1], L, call.S, E, call.v.shape[-1]
+    _, Hkv, S, Ev = call.v.shape
+    return B, H, Hkv, L, S, E, Ev
 
 
-def _bias_ops(bias) -> float:
-    if bias is None:
-        return 0.0
-    parts = getattr(bias, "parts", None)
-    if parts is not None:
-        return sum(_bias_ops(p) for p in parts)
-    return _BIAS_OPS.get(type(bias).__name__, 8.0)
+def rate(key: str, dtype: torch.dtype) -> float:
+    """A per-dtype rate from :data:`RATES` (float32's for dtypes not measured)."""
+    r = RATES[key]
+    return r.get(dtype) or r[torch.float32]
 
 
-def _relative(bias) -> bool:
-    parts = getattr(bias, "parts", None)
-    if parts is not None:
-        return all(_relative(p) for p in parts)
-    return type(bias).__name__ in ("ALiBi", "T5RelativeBias", "RelativePositionBias") and bias.additive
-
-
-def _extent(obj, B: int, H: int, L: int, S: int) -> int:
+def extent(obj, B: int, H: int, L: int, S: int) -> int:
     """Elements of the dense (B|1, H|1, L, S) tensor a mask or bias materializes to."""
-    dims = getattr(obj, "dims", frozenset())
-    return (B if "b" in dims else 1) * (H if "h" in dims else 1) * L * S
+    d = getattr(obj, "dims", ())
+    return (B if "b" in d else 1) * (H if "h" in d else 1) * L * S
 
 
-def _rate(key: str, dtype: torch.dtype) -> float:
-    return RATES[key].get(dtype, RATES[key][torch.float32])
+def bias_ops(bias) -> float:
+    """Element-wise passes per score element to evaluate ``bias`` (0 without one)."""
+    return 0.0 if bias is None else float(bias.cost_per_element)
 
 
-def _general_factor(call: "AttentionCall") -> float:
-    """Scores with no dot form run per tile through their module (additive: a (l, s, A) tanh)."""
-    from .scores import Score
-
-    if type(call.score).as_dot is Score.as_dot:
-        A = getattr(getattr(call.score, "w_q", None), "out_features", call.q.shape[-1])
-        return 1.0 + 3.0 * A  # elementwise passes over an (l, s, A) tensor per score element
-    return 0.0
+def relative_bias(bias) -> bool:
+    """An additive bias that depends only on (head, key − query): evaluable once per tile diagonal."""
+    return bias is not None and bias.additive and bias.relative
 
 
-def estimate_sdpa(call: "AttentionCall") -> dict[str, float]:
-    from ..backends.sdpa import _uses_is_causal
-    from ..backends.tiling import kept_fraction
+def score_ops(call: "AttentionCall") -> float:
+    """Element-wise passes per score element the score adds beyond q·kᵀ (0 for dot forms)."""
+    return float(call.score.cost_per_element(call.q.shape[-1]))
 
-    B, H, Hkv, L, S, E, Ev = _dims(call)
-    dt = call.q.dtype
-    pairs = B * H * L * S
-    elem = RATES["elem_per_s"]
-    es = call.q.element_size()
-    nbytes = 0.0
-    time_s = RATES["call_overhead_s"]["sdpa"]
-    if call.mask is not None and _uses_is_causal(call):
-        kept, _ = kept_fraction(call.mask, L, S, 512, 512)  # its kernel skips only whole 512-key tiles
-        time_s += 2 * pairs * (E + Ev) * kept / _rate("sdpa_flops", dt)
+
+def describe(e: Estimate) -> str:
+    return f"{e['time_s'] * 1e3:.2f} ms, {mib(e['bytes'])}"
+
+
+def mib(n: float) -> str:
+    return f"{n / 2**20:,.1f} MiB"
+
+
+def rank(
+    candidates: Sequence["Backend"], estimates: dict[str, Estimate], budget: int | None
+) -> tuple["Backend", Callable[[], tuple[str, dict[str, str]]]]:
+    """Pick one of ``candidates`` (most preferred first); return it and a function giving the
+    reason and a reason per candidate passed over (built only when the report is read).
+
+    Backends with an estimate compete on it: those whose bytes fit ``budget`` (all when None),
+    the fastest wins unless a more preferred one is within :data:`MARGIN` of it (model error must
+    not trade SDPA's fused kernel for a near-tie); when none fits, the smallest memory wins.
+    Backends without an estimate cannot be compared on cost, so they are ranked by priority
+    against that winner: one preferred over it wins, the others are passed over. Without any
+    estimate that is plain priority order."""
+    timed = [b for b in candidates if b.name in estimates]
+    untimed = [b for b in candidates if b.name not in estimates]
+    if not timed:
+        best = candidates[0]
+        return best, lambda: ("most preferred backend that supports the call", {
+            b.name: f"supported, but {best.name} is preferred" for b in candidates[1:]
+        })
+    fitting = [b for b in timed if budget is None or estimates[b.name]["bytes"] <= budget]
+    if fitting:
+        fastest = min(estimates[b.name]["time_s"] for b in fitting)
+        near = [b for b in fitting if estimates[b.name]["time_s"] <= fastest * MARGIN]
+        winner = max(near, key=lambda b: (b.priority, -estimates[b.name]["time_s"]))
     else:
-        time_s += 2 * pairs * (E + Ev) / _rate("sdpa_flops", dt)
-        if call.mask is not None:
-            n = _extent(call.mask, B, H, L, S)
-            time_s += n * (_MASK_OPS + 2) / elem  # evaluate the predicate, find empty rows
-            nbytes += n  # one bool per element
-        if call.bias is not None:
-            n = max(_extent(call.bias, B, H, L, S), _extent(call.mask, B, H, L, S) if call.mask is not None else 0)
-            time_s += n * (_bias_ops(call.bias) + 3) / elem  # build, fold mask in, scan for empty rows
-            nbytes += 2 * n * es  # the bias and its masked copy
-        if call.mask is not None or call.bias is not None:
-            time_s += pairs * 1.0 / elem  # the kernel reads the dense mask for every score
-    nbytes += B * H * L * Ev * es  # output
-    return {"time_s": time_s, "bytes": float(nbytes)}
+        winner = min(timed, key=lambda b: (estimates[b.name]["bytes"], estimates[b.name]["time_s"]))
+    above = [b for b in untimed if b.priority > winner.priority]
+    best = above[0] if above else winner  # candidates come most preferred first
 
+    def explain() -> tuple[str, dict[str, str]]:
+        if best is not winner:
+            why = f"most preferred backend that supports the call (no cost estimate; the cost model's choice was {winner.name})"
+        elif not fitting:
+            why = f"nothing fits memory budget {mib(budget)}; smallest estimated memory ({describe(estimates[best.name])})"
+        elif len(timed) == 1:
+            why = f"the only supporting backend with a cost estimate ({describe(estimates[best.name])})"
+        elif estimates[best.name]["time_s"] > fastest:
+            why = f"preferred and within {MARGIN:.2f}x of the fastest estimate ({describe(estimates[best.name])})"
+        else:
+            why = f"lowest estimated time ({describe(estimates[best.name])})"
+        if fitting and budget is not None and best is winner:
+            why += f" within memory budget {mib(budget)}"
+        rejected = {}
+        for b in candidates:
+            if b is best:
+                continue
+            if b.name not in estimates:
+                rejected[b.name] = f"supported, no cost estimate, and {best.name} is preferred"
+                continue
+            e = estimates[b.name]
+            over = budget is not None and e["bytes"] > budget
+            rejected[b.name] = f"estimated {describe(e)}" + (
+                " (over memory budget)" if over else f" ({best.name} is preferred)" if best is not winner else " (slower)"
+            )
+        return why, rejected
 
-def estimate_blockwise(call: "AttentionCall") -> dict[str, float]:
-    from ..backends.tiling import default_tiles, kept_fraction
-
-    B, H, Hkv, L, S, E, Ev = _dims(call)
-    dt = call.q.dtype
-    bq, bk = default_tiles(call.mask, L, S, dt, call.q.device)
-    kept, evaluated = kept_fraction(call.mask, L, S, bq, bk)
-    pairs = B * H * L * S
-    elem = RATES["elem_per_s"]
-    n_tiles = math.ceil(L / bq) * math.ceil(S / bk) * kept + math.ceil(L / bq)
-    time_s = RATES["call_overhead_s"]["blockwise"] + n_tiles * RATES["tile_overhead_s"]
-    time_s += 2 * pairs * (E + Ev) * kept / _rate("blockwise_flops", dt)
-    bias_ops = _bias_ops(call.bias)
-    if call.bias is not None and _relative(call.bias):
-        # relative-position biases are evaluated once per tile diagonal, not once per tile
-        nq, nk = math.ceil(L / bq), math.ceil(S / bk)
-        bias_ops *= min(1.0, (nq + nk) / max(nq * nk * kept, 1.0))
-    time_s += pairs * kept * (_SOFTMAX_OPS["blockwise"] + bias_ops + _general_factor(call)) / elem
-    if call.mask is not None:
-        time_s += _extent(call.mask, B, H, L, S) * evaluated * _MASK_OPS / elem
-    if call.dropout_p > 0:
-        time_s += pairs * kept * 4 / elem
-    # accumulators (B, H, l, Ev + 2) per query block, the output, and a handful of (B, H, l, s) tiles
-    tile_bytes = 6 * B * H * bq * bk * 4
-    nbytes = B * H * L * Ev * call.q.element_size() + B * H * bq * (Ev + 2) * 4 + B * H * L * 4 + tile_bytes
-    if call.return_weights:
-        nbytes += pairs * 8
-    return {"time_s": time_s, "bytes": float(nbytes)}
-
-
-def estimate_reference(call: "AttentionCall") -> dict[str, float]:
-    B, H, Hkv, L, S, E, Ev = _dims(call)
-    dt = call.q.dtype
-    pairs = B * H * L * S
-    elem = RATES["elem_per_s"]
-    time_s = RATES["call_overhead_s"]["reference"] + 2 * pairs * (E + Ev) / _rate("reference_flops", dt)
-    time_s += pairs * (_SOFTMAX_OPS["reference"] + _bias_ops(call.bias) + _general_factor(call)) / elem
-    nbytes = 4.0 * pairs * 4  # scores, exp, weights, mask fill: each (B, H, L, S) fp32
-    if call.mask is not None:
-        time_s += _extent(call.mask, B, H, L, S) * _MASK_OPS / elem
-        nbytes += _extent(call.mask, B, H, L, S)
-    if Hkv != H:
-        nbytes += 2 * B * H * S * (E + Ev) * 4  # repeated k and v
-    nbytes += B * H * L * Ev * call.q.element_size()
-    return {"time_s": time_s, "bytes": float(nbytes)}
+    return best, explain

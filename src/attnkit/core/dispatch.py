@@ -1,17 +1,20 @@
 """Choosing a backend for a call, and saying why.
 
 A forced backend that cannot serve the call raises with its reason. ``auto`` considers every exact
-backend that supports the call (approximate ones, like ``linear``, are never picked). When all of
-them can estimate their cost (:mod:`attnkit.core.cost`) it keeps those whose estimated extra memory
-fits the budget (``set_memory_budget`` or ``memory_budget=`` per call) and picks the fastest; a
-backend must be estimated at least ``MARGIN`` faster than a more preferred one to displace it, so
-model error never trades SDPA's fused kernel for a near-tie. If nothing fits, the backend with the
-smallest estimated memory runs and the report says so. Without estimates, the most preferred by
-priority wins (sdpa before blockwise before reference) — also while ``torch.compile`` /
-``torch.export`` trace the call and on ``meta`` tensors, where the cost model's tile maps (tensors
-built from the mask's data) cannot be read.
+backend that supports the call (approximate ones, like ``linear``, are never picked) and lets
+:func:`attnkit.core.cost.rank` choose: among backends with a cost estimate, the fastest whose
+estimated extra memory fits the budget (``set_memory_budget`` or ``memory_budget=`` per call),
+unless a more preferred one is within ``cost.MARGIN`` (1.10×) of it; a backend without an
+estimate is ranked by priority against that choice. If nothing fits, the smallest estimated
+memory runs and the report says so. While ``torch.compile`` / ``torch.export`` trace the call and on ``meta`` tensors,
+where the cost model's tile maps (tensors built from the mask's data) cannot be read, the most
+preferred backend by priority wins (sdpa before blockwise before reference).
 
 A forced backend always runs; when its estimate exceeds the memory budget the report says so.
+
+Formatting the report's sentences is part of ``auto``'s fixed cost per call, which tiny calls feel
+(``benchmarks/auto_overhead.py``), so ``auto`` builds them only when ``report.reason`` or
+``report.rejected`` is first read (:class:`_DeferredReport`).
 """
 
 from __future__ import annotations
@@ -20,15 +23,13 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from . import cost
 from . import options as _options
 from . import registry
 from .output import Report
 
 if TYPE_CHECKING:
     from .call import AttentionCall
-
-MARGIN = 1.10  # a less preferred backend must be estimated this many times faster to be chosen
-
 
 def _check_budget(name: str, nbytes: object) -> int | None:
     if nbytes is not None and (isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes <= 0):
@@ -53,12 +54,48 @@ def _values_readable(call: "AttentionCall") -> bool:
     return not torch.compiler.is_compiling() and call.q.device.type != "meta"
 
 
-def _fmt(e: dict[str, float]) -> str:
-    return f"{e['time_s'] * 1e3:.2f} ms, {_mib(e['bytes'])}"
+class _DeferredReport(Report):
+    """A :class:`Report` whose ``reason`` and ``rejected`` are built by ``explain()`` on first read.
 
+    Same fields, equality and printing as a Report (the dataclass methods read the attributes);
+    assigning either one first builds both, so ``report.reason += "..."`` works as on a Report."""
 
-def _mib(n: float) -> str:
-    return f"{n / 2**20:,.1f} MiB"
+    def __init__(self, backend: str, explain, rejected: dict[str, str], *, exact: bool, estimates: dict):
+        self.backend, self.exact, self.estimates = backend, exact, estimates
+        self.materialized, self.fully_masked_rows = [], None
+        self._explain, self._unsupported = explain, rejected  # reasons the backends gave (already strings)
+        self._reason: str | None = None
+        self._rejected: dict[str, str] | None = None
+
+    def _build(self) -> None:
+        if self._explain is not None:
+            why, passed_over = self._explain()
+            self._reason, self._rejected = why, {**self._unsupported, **passed_over}
+            self._explain = None  # last: a thread that sees None finds both fields set
+
+    def __getstate__(self) -> dict:
+        self._build()  # pickle the sentences, not the closure that would build them
+        return self.__dict__
+
+    @property
+    def reason(self) -> str:
+        self._build()
+        return self._reason
+
+    @reason.setter
+    def reason(self, value: str) -> None:
+        self._build()
+        self._reason = value
+
+    @property
+    def rejected(self) -> dict[str, str]:
+        self._build()
+        return self._rejected
+
+    @rejected.setter
+    def rejected(self, value: dict[str, str]) -> None:
+        self._build()
+        self._rejected = value
 
 
 def choose(call: "AttentionCall", backend: str) -> tuple[registry.Backend, Report]:
@@ -76,7 +113,7 @@ def choose(call: "AttentionCall", backend: str) -> tuple[registry.Backend, Repor
             estimates[b.name] = e = b.estimate(call)
             if e["bytes"] > budget:
                 # a forced backend runs anyway (the user asked for it), but must not hide that it overshoots
-                why += f"; over memory budget {_mib(budget)}: estimated {_fmt(e)} (the budget only steers backend='auto')"
+                why += f"; over memory budget {cost.mib(budget)}: estimated {cost.describe(e)} (the budget only steers backend='auto')"
         return b, Report(b.name, why, exact=b.exact, estimates=estimates)
 
     rejected: dict[str, str] = {}
@@ -104,28 +141,5 @@ def choose(call: "AttentionCall", backend: str) -> tuple[registry.Backend, Repor
             rejected[b.name] = f"supported, but {best.name} is preferred (no cost model under {where})"
         return best, Report(best.name, f"most preferred backend that supports the call ({where}: no cost model)", rejected=rejected, exact=best.exact)
     estimates = {b.name: b.estimate(call) for b in candidates if b.estimate is not None}
-    if len(estimates) == len(candidates) and len(candidates) > 1:
-        fitting = [b for b in candidates if budget is None or estimates[b.name]["bytes"] <= budget]
-        if fitting:
-            fastest = min(estimates[b.name]["time_s"] for b in fitting)
-            near = [b for b in fitting if estimates[b.name]["time_s"] <= fastest * MARGIN]
-            best = max(near, key=lambda b: (b.priority, -estimates[b.name]["time_s"]))
-            why = f"lowest estimated time ({_fmt(estimates[best.name])})"
-            if estimates[best.name]["time_s"] > fastest:
-                why = f"preferred and within {MARGIN:.2f}x of the fastest estimate ({_fmt(estimates[best.name])})"
-            if budget is not None:
-                why += f" within memory budget {_mib(budget)}"
-        else:
-            best = min(candidates, key=lambda b: (estimates[b.name]["bytes"], estimates[b.name]["time_s"]))
-            why = f"nothing fits memory budget {_mib(budget)}; smallest estimated memory ({_fmt(estimates[best.name])})"
-        for b in candidates:
-            if b is not best:
-                e = estimates[b.name]
-                over = budget is not None and e["bytes"] > budget
-                rejected[b.name] = f"estimated {_fmt(e)}" + (" (over memory budget)" if over else " (slower)")
-    else:
-        best = candidates[0]
-        why = "most preferred backend that supports the call"
-        for b in candidates[1:]:
-            rejected[b.name] = f"supported, but {best.name} is preferred"
-    return best, Report(best.name, why, rejected=rejected, exact=best.exact, estimates=estimates)
+    best, explain = cost.rank(candidates, estimates, budget)
+    return best, _DeferredReport(best.name, explain, rejected, exact=best.exact, estimates=estimates)

@@ -20,7 +20,7 @@ import torch
 
 from .checks import require_choice
 from .masks import Mask, values_readable
-from .tiles import TileState
+from .tiles import PARTIAL, TileGrid, block_all_any
 
 
 class KeyPaddingMask(Mask):
@@ -42,15 +42,11 @@ class KeyPaddingMask(Mask):
             raise ValueError(f"padding mask covers {self.valid.shape[1]} keys but the call has S={S} keys; build it for the key length")
         return lambda b, h, q, kv: self.valid.to(kv.device)[b, kv]
 
-    def _tile(self, q0, q1, k0, k1, L, S):
-        if not values_readable(self.valid):
-            return None
-        cols = self.valid[:, k0:k1]
-        if bool(cols.all()):
-            return TileState.FULL
-        if not bool(cols.any()):
-            return TileState.EMPTY
-        return TileState.PARTIAL
+    def tile_states(self, grid: TileGrid) -> torch.Tensor:
+        if not values_readable(self.valid):  # meta tensors, torch.compile: no values to read
+            return grid.fill(PARTIAL)
+        allv, anyv = block_all_any(self.valid.cpu(), grid.k_start, grid.k_end)  # (B, nk)
+        return grid.states(full=allv.all(0)[None, :], empty=~anyv.any(0)[None, :])
 
     def __repr__(self):
         return f"KeyPaddingMask(B={self.valid.shape[0]}, S={self.valid.shape[1]})"

@@ -2,8 +2,9 @@
 and custom predicate.
 
 Each is a :class:`~attnkit.core.masks.Mask` subclass with a predicate ``(b, h, q_idx, kv_idx) ->
-bool`` (True = may attend) and, where it can, an analytic ``_tile`` so blockwise backends skip
-empty tiles without evaluating them; the lower-case functions at the bottom are the public
+bool`` (True = may attend) and, where it can, an analytic :meth:`~attnkit.core.masks.Mask.tile_states`
+(one tensor expression over the whole tile grid) so blockwise and ring attention skip empty tiles
+without evaluating them; the lower-case functions at the bottom are the public
 constructors. Positional masks take ``align`` (``"bottom_right"`` or ``"top_left"``), which places
 the L queries against the S keys when L != S. Key padding and the conversions from other
 libraries' mask conventions are in :mod:`attnkit.core.mask_convert`. Everything here is
@@ -21,7 +22,7 @@ import torch
 from .checks import require_choice, require_dense_rank
 from .indices import alignment_offset
 from .masks import ALIGNS, Mask, Predicate, values_readable
-from .tiles import TileState
+from .tiles import PARTIAL, TileGrid, block_min_max
 
 
 # positional masks -------------------------------------------------------------------------------
@@ -41,13 +42,16 @@ class CausalMask(Mask):
         off = alignment_offset(self.align, L, S)
         return lambda b, h, q, kv: kv <= q + off
 
-    def _tile(self, q0, q1, k0, k1, L, S):
-        off = alignment_offset(self.align, L, S)
-        if k1 - 1 <= q0 + off:
-            return TileState.FULL
-        if k0 > q1 - 1 + off:
-            return TileState.EMPTY
-        return TileState.PARTIAL
+    def tile_states(self, grid: TileGrid) -> torch.Tensor:
+        off = alignment_offset(self.align, grid.L, grid.S)
+        return grid.states(full=grid.k_last <= grid.q_first + off, empty=grid.k_first > grid.q_last + off)
+
+    positional = True
+    shift_invariant = True
+
+    @property
+    def cache_key(self):
+        return ("causal", self.align)
 
     def __repr__(self):
         return f"causal(align={self.align!r})"
@@ -83,16 +87,26 @@ class SlidingWindowMask(Mask):
 
         return fn
 
-    def _tile(self, q0, q1, k0, k1, L, S):
-        off = alignment_offset(self.align, L, S)
-        p0, p1 = q0 + off, q1 - 1 + off
-        lo = self.left if self.left is not None else float("inf")
-        hi = self.right if self.right is not None else float("inf")
-        if k1 - 1 < p0 - lo or k0 > p1 + hi:
-            return TileState.EMPTY
-        if k0 >= p1 - lo and k1 - 1 <= p0 + hi:
-            return TileState.FULL
-        return TileState.PARTIAL
+    def tile_states(self, grid: TileGrid) -> torch.Tensor:
+        off = alignment_offset(self.align, grid.L, grid.S)
+        p0, p1 = grid.q_first + off, grid.q_last + off  # positions of each block's first / last query
+        far = grid.L + grid.S  # "unbounded" as a distance no tile can exceed
+        lo = self.left if self.left is not None else far
+        hi = self.right if self.right is not None else far
+        empty = (grid.k_last < p0 - lo) | (grid.k_first > p1 + hi)
+        full = (grid.k_first >= p1 - lo) & (grid.k_last <= p0 + hi)
+        return grid.states(full, empty)
+
+    positional = True
+    shift_invariant = True
+
+    @property
+    def band_width(self):
+        return None if self.left is None or self.right is None else self.left + self.right + 1
+
+    @property
+    def cache_key(self):
+        return ("sliding_window", self.left, self.right, self.align)
 
     def __repr__(self):
         return f"sliding_window(left={self.left}, right={self.right}, align={self.align!r})"
@@ -119,18 +133,18 @@ class KeyPrefixMask(Mask):
             return lambda b, h, q, kv: kv < self.prefix.to(kv.device)[b]
         return lambda b, h, q, kv: kv < self.prefix
 
-    def _tile(self, q0, q1, k0, k1, L, S):
+    def tile_states(self, grid: TileGrid) -> torch.Tensor:
         if isinstance(self.prefix, torch.Tensor):
             if not values_readable(self.prefix):
-                return None
+                return grid.fill(PARTIAL)
             lo, hi = int(self.prefix.min()), int(self.prefix.max())
         else:
             lo = hi = self.prefix
-        if k1 - 1 < lo:
-            return TileState.FULL
-        if k0 >= hi:
-            return TileState.EMPTY
-        return TileState.PARTIAL
+        return grid.states(full=grid.k_last < lo, empty=grid.k_first >= hi)
+
+    @property
+    def positional(self):
+        return not isinstance(self.prefix, torch.Tensor)
 
     def __repr__(self):
         return f"KeyPrefixMask({self.prefix!r})"
@@ -175,17 +189,19 @@ class DocumentMask(Mask):
 
         return fn
 
-    def _tile(self, q0, q1, k0, k1, L, S):
+    def tile_states(self, grid: TileGrid) -> torch.Tensor:
+        """Per-block min/max of document ids: disjoint ranges prove a tile empty in every row; one
+        shared id on both sides proves it full. Anything else is evaluated (ids may not be sorted)."""
         if not values_readable(self.q_ids, self.kv_ids):
-            return None
-        qi, ki = self.q_ids[:, q0:q1], self.kv_ids[:, k0:k1]
-        # documents are usually contiguous runs: disjoint id ranges prove the tile empty
-        if qi.shape[0] == ki.shape[0] == 1:
-            if int(qi.max()) < int(ki.min()) or int(ki.max()) < int(qi.min()):
-                return TileState.EMPTY
-            if int(qi.min()) == int(qi.max()) == int(ki.min()) == int(ki.max()):
-                return TileState.FULL
-        return None
+            return grid.fill(PARTIAL)
+        qi, ki = self.q_ids.cpu(), self.kv_ids.cpu()
+        if qi.shape[1] != grid.L or ki.shape[1] != grid.S:
+            raise ValueError(f"document ids cover L={qi.shape[1]}, S={ki.shape[1]} but the call has L={grid.L}, S={grid.S}")
+        qmin, qmax = block_min_max(qi, grid.q_start, grid.q_end)  # (Bq, nq)
+        kmin, kmax = block_min_max(ki, grid.k_start, grid.k_end)  # (Bk, nk)
+        empty = ((qmax[:, :, None] < kmin[:, None, :]) | (kmax[:, None, :] < qmin[:, :, None])).all(0)
+        full = ((qmin == qmax)[:, :, None] & (kmin == kmax)[:, None, :] & (qmin[:, :, None] == kmin[:, None, :])).all(0)
+        return grid.states(full, empty)
 
     def __repr__(self):
         return f"DocumentMask(S={self.kv_ids.shape[1]})"
@@ -229,8 +245,25 @@ class TensorMask(Mask):
 
         return fn
 
+    def tile_states(self, grid: TileGrid) -> torch.Tensor:
+        t = self.t
+        if t.shape[2] != grid.L or t.shape[3] != grid.S or not values_readable(t):
+            return grid.fill(PARTIAL)
+        flat = t.cpu().flatten(0, 1)  # (B·H, L, S)
+        # a tile is non-empty if any row/head may attend a pair of it, full if all may attend all
+        n_any, n_all = _tile_counts(flat.any(0), grid), _tile_counts(flat.all(0), grid)
+        area = (grid.q_end - grid.q_start)[:, None] * (grid.k_end - grid.k_start)[None, :]
+        return grid.states(full=n_all == area, empty=n_any == 0)
+
     def __repr__(self):
         return f"TensorMask(shape={tuple(self.t.shape)})"
+
+
+def _tile_counts(x: torch.Tensor, grid: TileGrid) -> torch.Tensor:
+    """How many True entries of a bool (L, S) tensor fall in each tile: (nq, nk), by a summed-area table."""
+    c = torch.nn.functional.pad(x.to(torch.int64).cumsum(0).cumsum(1), (1, 0, 1, 0))  # (L + 1, S + 1)
+    q0, q1, k0, k1 = grid.q_start[:, None], grid.q_end[:, None], grid.k_start[None, :], grid.k_end[None, :]
+    return c[q1, k1] - c[q0, k1] - c[q1, k0] + c[q0, k0]
 
 
 class CustomMask(Mask):
@@ -260,6 +293,8 @@ class CustomMask(Mask):
             return out
 
         return checked
+
+    positional = True  # a predicate of (q_idx, kv_idx): under a cache it is handed positions
 
     def __repr__(self):
         return f"custom({self.name})"

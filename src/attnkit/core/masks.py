@@ -3,8 +3,11 @@
 Every mask is a predicate ``(b, h, q_idx, kv_idx) -> bool`` evaluated by broadcasting (see
 :mod:`attnkit.core.indices`), in the style of FlexAttention's ``mask_mod``. Masks compose with
 ``&``, ``|`` and ``~``; :meth:`Mask.materialize` turns one into a dense bool tensor, and
-:meth:`Mask.tile_state` says whether a (query-block, key-block) tile is empty, full or partial so a
-blockwise backend can skip work without building the (L, S) matrix.
+:meth:`Mask.tile_states` says for a whole grid of (query-block, key-block) tiles which are empty,
+full or partial (:mod:`attnkit.core.tiles`), so blockwise and ring attention skip work and inspect's
+tiled summaries skip tiles without building the (L, S) matrix. A mask kind owns that logic: a new
+kind overrides ``tile_states`` (and the properties ``positional``, ``band_width``,
+``shift_invariant``, ``cache_key`` where they apply) and every backend, cache and summary uses it.
 
 This module holds the base class, the combinators and :func:`as_mask`. The named masks live in
 :mod:`attnkit.core.mask_kinds` (causal, sliding window, document, prefix-LM, custom predicate,
@@ -24,14 +27,14 @@ import torch
 
 from .checks import require_positive_int
 from .indices import index_grid
-from .tiles import TileState
+from .tiles import PARTIAL, TileGrid, TileState, and_states, not_states, or_states
 
 Predicate = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 ALIGNS = ("top_left", "bottom_right")
 
 
 class Mask:
-    """Base class. Subclasses implement :meth:`predicate` and may implement :meth:`_tile`.
+    """Base class. Subclasses implement :meth:`predicate` and may implement :meth:`tile_states`.
 
     ``dims`` names the index dimensions the mask depends on (``"b"``, ``"h"``), so a materialized
     mask is (B or 1, H or 1, L, S) and no bigger than it must be.
@@ -42,8 +45,38 @@ class Mask:
     def predicate(self, L: int, S: int) -> Predicate:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def _tile(self, q0: int, q1: int, k0: int, k1: int, L: int, S: int) -> TileState | None:
-        """Analytic tile state, or None when the tile must be evaluated."""
+    def tile_states(self, grid: TileGrid) -> torch.Tensor:
+        """(nq, nk) int8 codes EMPTY / FULL / PARTIAL of every tile of ``grid`` (see
+        :mod:`attnkit.core.tiles`), across all batch rows and heads, vectorized over the grid.
+
+        EMPTY or FULL only when proved; the default, all PARTIAL, is always correct (every tile is
+        evaluated). Kinds that can prove more override this with a tensor expression over
+        ``grid.q_first`` / ``q_last`` (nq, 1) and ``grid.k_first`` / ``k_last`` (1, nk)."""
+        return grid.fill(PARTIAL)
+
+    # what caches and tile planning need to know ---------------------------------------------
+    @property
+    def positional(self) -> bool:
+        """True when the predicate reads only the query and key *positions* it is given (no tensor
+        indexed by slot), so it stays right when q_idx / kv_idx are absolute token positions
+        (KV caches, whose slots move) instead of indices."""
+        return False
+
+    @property
+    def band_width(self) -> int | None:
+        """An upper bound on how far apart (in key − query offset) two keys one query may attend
+        can lie (a window's left + right + 1), or None when unbounded. Picks narrow tiles."""
+        return None
+
+    @property
+    def shift_invariant(self) -> bool:
+        """True when the mask on a tile depends only on key − query (and the tile's size), the same
+        for every batch row and head, so evaluated tiles can be reused along a diagonal."""
+        return False
+
+    @property
+    def cache_key(self) -> tuple | None:
+        """A hashable value that fixes the mask completely (for caching per-shape plans), or None."""
         return None
 
     @property
@@ -121,9 +154,10 @@ class Mask:
         heads: int | None = None,
         device: torch.device | str | None = None,
     ) -> TileState:
-        """Is tile ``q_range`` × ``kv_range`` empty, full or partial (across all batch rows and heads)?"""
-        state = self._tile(q_range[0], q_range[1], kv_range[0], kv_range[1], L, S)
-        if state is not None:
+        """Is tile ``q_range`` × ``kv_range`` empty, full or partial (across all batch rows and heads)?
+        The analytic answer of :meth:`tile_states`, else the tile is evaluated (when values are readable)."""
+        state = TileState(int(self.tile_states(TileGrid.single(q_range, kv_range, L, S))[0, 0]))
+        if state is not TileState.PARTIAL:
             return state
         tile = self.evaluate(q_range, kv_range, L, S, batch=batch, heads=heads, device=device)
         if not values_readable(tile):
@@ -172,6 +206,22 @@ class _Combined(Mask):
     def num_heads(self) -> int | None:
         return max((p.num_heads for p in self.parts if p.num_heads is not None), default=None)
 
+    def _part_states(self, grid: TileGrid) -> torch.Tensor:
+        return torch.stack([p.tile_states(grid).expand(grid.shape) for p in self.parts])  # (P, nq, nk)
+
+    @property
+    def positional(self) -> bool:
+        return all(p.positional for p in self.parts)
+
+    @property
+    def shift_invariant(self) -> bool:
+        return all(p.shift_invariant for p in self.parts)
+
+    @property
+    def cache_key(self) -> tuple | None:
+        keys = [p.cache_key for p in self.parts]
+        return None if None in keys else (type(self).__name__, *keys)
+
     def __repr__(self) -> str:
         sep = {"AndMask": " & ", "OrMask": " | "}[type(self).__name__]
         return "(" + sep.join(repr(p) for p in self.parts) + ")"
@@ -182,17 +232,13 @@ class AndMask(_Combined):
         fns = [p.predicate(L, S) for p in self.parts]
         return lambda b, h, q, kv: _reduce(fns, b, h, q, kv, torch.logical_and)
 
-    def _tile(self, q0, q1, k0, k1, L, S):
-        states = [p._tile(q0, q1, k0, k1, L, S) for p in self.parts]
-        if TileState.EMPTY in states:
-            return TileState.EMPTY
-        if all(s is TileState.FULL for s in states):
-            return TileState.FULL
-        if None in states:
-            return None
-        if sum(s is TileState.PARTIAL for s in states) > 1:
-            return None  # two partial tiles may not overlap at all (causal & ~causal): evaluate
-        return TileState.PARTIAL
+    def tile_states(self, grid):
+        return and_states(self._part_states(grid))
+
+    @property
+    def band_width(self):
+        widths = [w for w in (p.band_width for p in self.parts) if w is not None]
+        return min(widths) if widths else None
 
 
 class OrMask(_Combined):
@@ -200,13 +246,8 @@ class OrMask(_Combined):
         fns = [p.predicate(L, S) for p in self.parts]
         return lambda b, h, q, kv: _reduce(fns, b, h, q, kv, torch.logical_or)
 
-    def _tile(self, q0, q1, k0, k1, L, S):
-        states = [p._tile(q0, q1, k0, k1, L, S) for p in self.parts]
-        if TileState.FULL in states:
-            return TileState.FULL
-        if all(s is TileState.EMPTY for s in states):
-            return TileState.EMPTY
-        return None  # two partial tiles may still cover the tile together: evaluate
+    def tile_states(self, grid):
+        return or_states(self._part_states(grid))
 
 
 def _reduce(fns: list[Predicate], b, h, q, kv, op) -> torch.Tensor:
@@ -233,9 +274,21 @@ class NotMask(Mask):
         fn = self.inner.predicate(L, S)
         return lambda b, h, q, kv: torch.logical_not(fn(b, h, q, kv))
 
-    def _tile(self, q0, q1, k0, k1, L, S):
-        s = self.inner._tile(q0, q1, k0, k1, L, S)
-        return None if s is None else ~s
+    def tile_states(self, grid):
+        return not_states(self.inner.tile_states(grid).expand(grid.shape))
+
+    @property
+    def positional(self):
+        return self.inner.positional
+
+    @property
+    def shift_invariant(self):
+        return self.inner.shift_invariant
+
+    @property
+    def cache_key(self):
+        k = self.inner.cache_key
+        return None if k is None else ("NotMask", k)
 
     def __repr__(self):
         return f"~{self.inner!r}"
@@ -264,6 +317,7 @@ from .mask_kinds import (  # noqa: E402
     prefix_lm,
     sliding_window,
 )
+from .mask_chunked import ChunkedMask, chunked  # noqa: E402,F401  (Llama-4 chunked attention)
 from .mask_convert import (  # noqa: E402
     KeyPaddingMask,
     from_attention_mask,

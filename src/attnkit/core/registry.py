@@ -3,7 +3,11 @@
 ``run(call: AttentionCall) -> BackendResult`` computes attention; ``supports(call) -> str | None``
 returns the reason it cannot serve a call, or None. ``exact`` says whether it computes softmax
 attention exactly (the linear/kernelized backend does not, and ``auto`` never picks it).
-``estimate(call) -> {"time_s": .., "bytes": ..}`` is optional and feeds cost-model dispatch.
+``estimate(call) -> {"time_s": .., "bytes": ..}`` is optional and feeds cost-model dispatch; a
+backend without one is ranked by priority against the cost model's choice (:func:`attnkit.core.cost.rank`).
+
+The built-in backends register themselves when ``attnkit`` imports :mod:`attnkit.backends`; this
+module (like all of the core) imports no backend.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ class Backend:
 
 
 _REGISTRY: dict[str, Backend] = {}
+_SORTED: tuple[Backend, ...] | None = None  # available()'s order, rebuilt after (un)registering
 
 
 def register(
@@ -47,17 +52,24 @@ def register(
         raise ValueError(f"backend name must be a non-empty string other than 'auto', got {name!r}")
     if not callable(run):
         raise TypeError(f"run must be callable (call) -> BackendResult, got {type(run).__name__}")
-    b = Backend(name, run, supports or (lambda call: None), exact, estimate, priority)
+    global _SORTED
+    b = Backend(name, run, supports or _serves_all, exact, estimate, priority)
     _REGISTRY[name] = b
+    _SORTED = None
     return b
 
 
+def _serves_all(call: "AttentionCall") -> None:
+    return None
+
+
 def unregister(name: str) -> None:
+    global _SORTED
     _REGISTRY.pop(name, None)
+    _SORTED = None
 
 
 def get(name: str) -> Backend:
-    _ensure_builtin()
     if name not in _REGISTRY:
         raise ValueError(f"backend must be 'auto' or one of {sorted(_REGISTRY)}, got {name!r}")
     return _REGISTRY[name]
@@ -65,10 +77,8 @@ def get(name: str) -> Backend:
 
 def available() -> list[Backend]:
     """All registered backends, most preferred first."""
-    _ensure_builtin()
-    return sorted(_REGISTRY.values(), key=lambda b: -b.priority)
+    global _SORTED
+    if _SORTED is None:
+        _SORTED = tuple(sorted(_REGISTRY.values(), key=lambda b: -b.priority))  # stable: ties keep registration order
+    return list(_SORTED)
 
-
-def _ensure_builtin() -> None:
-    # importing attnkit.backends registers the built-in backends exactly once
-    import attnkit.backends  # noqa: F401

@@ -27,6 +27,18 @@ class Score(nn.Module):
     def default_scale(self, head_dim: int) -> float:
         return 1.0
 
+    @property
+    def dot_form(self) -> bool:
+        """Does :meth:`as_dot` give a dot-product form (so fused q·kᵀ kernels can serve it)?
+        True for every subclass that overrides ``as_dot``."""
+        return type(self).as_dot is not Score.as_dot
+
+    def cost_per_element(self, head_dim: int) -> float:
+        """Element-wise tensor passes per score element beyond a q·kᵀ product, for the cost model.
+        A dot form costs none (its transform of q and k is O(L·E), not O(L·S)); a score without one
+        runs its module per tile, assumed to be a few passes over a (l, s, head_dim) tensor."""
+        return 0.0 if self.dot_form else 1.0 + 3.0 * head_dim
+
     def as_dot(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
         """(q', k') with ``score(q, k) == q' k'ᵀ``, or None when no such form exists."""
         return None
@@ -98,6 +110,10 @@ class AdditiveScore(Score):
     def check_head_dim(self, head_dim):
         if head_dim != self.head_dim:
             raise ValueError(f"AdditiveScore was built for head_dim={self.head_dim} but q has E={head_dim}; build AdditiveScore({head_dim})")
+
+    def cost_per_element(self, head_dim):
+        # add, tanh and the v-projection over an (l, s, A) tensor per score element
+        return 1.0 + 3.0 * self.w_q.out_features
 
     def forward(self, q, k):
         dt = q.dtype

@@ -13,17 +13,16 @@ from __future__ import annotations
 
 import torch
 
+from . import online_softmax
+
 
 def safe_softmax(scores: torch.Tensor, allowed: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Return ``(weights, lse)``; weights (..., S) rows sum to 1 or are all 0; lse (...) is -inf on
     fully masked rows."""
     if allowed is not None:
         scores = scores.masked_fill(~allowed, float("-inf"))
-    m = scores.amax(dim=-1, keepdim=True)
-    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m)).detach()
+    # the online softmax's single-tile case: guarded max (detached: the shift cancels), exp, sum
+    m = online_softmax.guard(scores.amax(dim=-1, keepdim=True)).detach()
     e = torch.exp(scores - m)
-    s = e.sum(dim=-1, keepdim=True)
-    nonempty = s > 0
-    weights = e / torch.where(nonempty, s, torch.ones_like(s))
-    lse = torch.where(nonempty, m + torch.log(torch.where(nonempty, s, torch.ones_like(s))), torch.full_like(s, float("-inf")))
-    return weights, lse.squeeze(-1)
+    safe, lse = online_softmax.finish(m, e.sum(dim=-1, keepdim=True))
+    return e / safe, lse.squeeze(-1)

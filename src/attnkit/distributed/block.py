@@ -53,6 +53,8 @@ from __future__ import annotations
 
 import torch
 
+from ..core import online_softmax
+
 _NEG_INF = float("-inf")
 # score elements one chunk of query rows may hold (2^21 fp32 = 8 MiB; smaller chunks also ran
 # faster here, staying in cache): a block's (Lq, Lk) score
@@ -101,11 +103,6 @@ def _scores(q_scaled: torch.Tensor, k: torch.Tensor, allowed: torch.Tensor | Non
     return s
 
 
-def _finite_or_zero(x: torch.Tensor) -> torch.Tensor:
-    """The -inf guard: replace -inf (fully masked row) by 0 so exp(-inf - x) is 0, not NaN."""
-    return torch.where(torch.isfinite(x), x, torch.zeros_like(x))
-
-
 def block_forward(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float, allowed: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -131,13 +128,11 @@ def _block_forward_dense(
     acc = accum_dtype(q.dtype)
     q, k, v = q.to(acc), k.to(acc), v.to(acc)
     s = _scores(q * scale, k, allowed)
-    m = _finite_or_zero(s.amax(dim=-1, keepdim=True))  # (B, Hkv, G, Lq, 1)
-    p = s.sub_(m).exp_()  # unnormalised probabilities, in place of the scores
-    row_sum = p.sum(dim=-1, keepdim=True)  # l in the docstring
-    nonempty = row_sum > 0
-    safe_sum = torch.where(nonempty, row_sum, torch.ones_like(row_sum))  # 0-sum rows divide by 1
+    # one online-softmax step from an empty row; p: unnormalised probabilities, in place of the scores
+    m0 = torch.full(s.shape[:-1] + (1,), _NEG_INF, dtype=s.dtype, device=s.device)
+    m, _, p, _ = online_softmax.step(m0, s, inplace=True)  # m (B, Hkv, G, Lq, 1)
+    safe_sum, lse = online_softmax.finish(m, p.sum(dim=-1, keepdim=True))  # 0-sum rows divide by 1
     out = torch.matmul(p, v.unsqueeze(2)) / safe_sum
-    lse = torch.where(nonempty, m + torch.log(safe_sum), torch.full_like(row_sum, _NEG_INF))
     return out, lse.squeeze(-1)
 
 
@@ -148,14 +143,7 @@ def merge_partials(
 
     out/out_b (..., Lq, Ev), lse/lse_b (..., Lq). Rows where both lse are -inf stay (0, -inf).
     """
-    m = _finite_or_zero(torch.maximum(lse, lse_b))  # running max, guarded
-    w, w_b = torch.exp(lse - m), torch.exp(lse_b - m)  # rescale factors, 0 for -inf
-    total = w + w_b
-    nonempty = total > 0
-    safe_total = torch.where(nonempty, total, torch.ones_like(total))
-    new_lse = torch.where(nonempty, m + torch.log(safe_total), torch.full_like(total, _NEG_INF))
-    new_out = (w / safe_total).unsqueeze(-1) * out + (w_b / safe_total).unsqueeze(-1) * out_b
-    return new_out, new_lse
+    return online_softmax.merge(out, lse, out_b, lse_b)
 
 
 def block_backward(
@@ -206,7 +194,7 @@ def _block_backward_dense(
     acc = accum_dtype(q.dtype)
     q, k, v, d_out = q.to(acc), k.to(acc), v.to(acc), d_out.to(acc)
     q_scaled = q * scale
-    p = _scores(q_scaled, k, allowed).sub_(_finite_or_zero(lse).unsqueeze(-1)).exp_()  # (B, Hkv, G, Lq, Lk); 0 where masked
+    p = _scores(q_scaled, k, allowed).sub_(online_softmax.guard(lse).unsqueeze(-1)).exp_()  # (B, Hkv, G, Lq, Lk); 0 where masked
     dv = torch.matmul(p.transpose(-1, -2), d_out).sum(dim=2)  # (B, Hkv, Lk, Ev)
     dp = torch.matmul(d_out, v.unsqueeze(2).transpose(-1, -2))  # (B, Hkv, G, Lq, Lk)
     ds = dp.sub_(delta.unsqueeze(-1)).mul_(p)  # P ∘ (dP - D), in place of dP

@@ -18,11 +18,35 @@ training years, every 16th validation/test window, width 32, 3 epochs, one seed;
 to 30 epochs with patience 3, 3 seeds. Both halve the learning rate every epoch (the schedule of
 the code behind the published ETT tables) and stop early on the validation split. ``--set KEY=VALUE``
 changes any config key (``--set train_stride=4`` trains on every 4th window). On a busy machine set
-``OMP_NUM_THREADS=1``: two spinning threads made these small ops 10-20x slower here. The runs::
+``OMP_NUM_THREADS=1``: two spinning threads made these small ops 10-20x slower here.
 
-    attnkit experiment forecast --full --out runs/forecast/vic_elec        # vic_elec, 3 seeds
+``--full`` is sized for a 2-core CPU shared with other jobs. Measured there (one thread, about half
+a core each; seconds per training epoch, mean of 3 seeds; results/forecast/*/results.json):
+
+* ETTh1, features M, input 96, every window (8.5k training windows), width 64, 2 layers, 3 seeds
+  (``results/forecast/etth1-full``; its last, resumed part took 29 min): dlinear 0.6 s/epoch,
+  lstm 6-8, lstm_attention 8-11, transformer 14 (horizon 24) to 19 (horizon 96), patch_transformer
+  9-13 (14-24 epochs: its rate decays by 0.8 only).
+* vic_elec, input 336, horizon 48: with width 64, 2 layers and every 16th training window an LSTM
+  epoch took about 55 s (too slow for the hour available), so ``results/forecast/vic_elec-full``
+  was run with ``--set train_stride=16 --set eval_stride=4 --set epochs=8 --set patience=2
+  --set width=32 --set layers=1`` (2,278 training windows spread over the training years), 10 min
+  in all: dlinear 0.3 s/epoch, lstm 5-10, lstm_attention 4, transformer 9-13, patch_transformer 2.
+  The four neural models ran all 8 epochs (the cap; the halving rate is 1/128 by then).
+* ETTh1 input 336 → 96 (``results/forecast/etth1-in336-full``, 19 min): dlinear 1.6-2.7 s/epoch,
+  patch_transformer 40-51 s/epoch, capped at 8 epochs (it stopped at 7-8, best epoch 4-5); the
+  recurrent models and the transformer did not fit in the time left at this input length.
+
+The runs::
+
+    attnkit experiment forecast --full --out results/forecast/vic_elec-full \\
+        --set train_stride=16 --set eval_stride=4 --set epochs=8 --set patience=2 --set width=32 --set layers=1
     attnkit experiment forecast --full --data ../shared/data/ETTh1.csv --features M \\
-        --input-len 96 336 --horizon 24 96 --windows standard --out runs/forecast/etth1
+        --input-len 96 --horizon 24 96 --windows standard --out results/forecast/etth1-full
+    attnkit experiment forecast --full --data ../shared/data/ETTh1.csv --features M --input-len 336 \\
+        --horizon 96 --windows standard --models naive seasonal_naive dlinear patch_transformer \\
+        --out results/forecast/etth1-in336-full --set 'train_overrides={"dlinear": {"lr": 0.005, "batch_size": 32},
+        "patch_transformer": {"lr": 0.001, "lr_decay": 0.8, "batch_size": 128, "epochs": 8}}'   # one shell word
 
 ``--windows standard`` is the published code's window policy (test inputs may start in the
 validation rows; targets never leave the test split): the same 2,785 test windows at 96 → 96.
@@ -234,5 +258,6 @@ class ForecastExperiment(Experiment):
         return {"data": {"name": series.name, "source": series.source, "rows": len(series.values),
                          "columns": series.columns, "period": series.period}, "settings": settings}
 
-    def report(self, results: dict, out_dir, lang: str = "en"):
-        return fr.section(results, out_dir, lang)
+    def report(self, results: dict, out_dir, lang: str = "en", full_results: dict | None = None):
+        """This run's section; committed ``--full`` runs (``{run name: Results}``) are read first when given."""
+        return fr.section(results, out_dir, lang, full_results=full_results)

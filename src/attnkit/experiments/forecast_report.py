@@ -4,8 +4,8 @@
   decoder step t (row T_in + t) attending to input step s has lag ``T_in + t - s``, so a weight
   concentrated at lag 48 on half-hourly data means "look at the same time yesterday".
 * :data:`PUBLISHED` — ETTh1 multivariate MSE/MAE (scaled, standard split) as the papers publish them.
-* :func:`section` — tables built from results.json and a plain-language reading generated from the
-  numbers, including the sentence saying whether attention helped.
+* :func:`section` / :func:`reading` — the tables and the plain-language reading (English or Chinese),
+  written in :mod:`.forecast_prose`.
 
 Shape legend: N windows, T_in input length, T_out horizon.
 """
@@ -33,9 +33,9 @@ PUBLISHED = {
     ],
     ("ETTh1", "M", 96, 96): [
         {"model": "PatchTST", "input_len": 96, "mse": 0.414, "mae": None,
-         "source": "input-96 re-run as quoted in issue 11 (later benchmark tables); MAE not quoted"},
+         "source": "input-96 re-runs in later benchmark tables, as quoted in issue 11; not checked against a primary table here, MAE not quoted"},
         {"model": "DLinear", "input_len": 96, "mse": 0.386, "mae": None,
-         "source": "input-96 re-run as quoted in issue 11 (later benchmark tables); MAE not quoted"},
+         "source": "input-96 re-runs in later benchmark tables, as quoted in issue 11; not checked against a primary table here, MAE not quoted"},
     ],
 }
 
@@ -128,85 +128,15 @@ def save_forecast_plot(ctx, data, preds: dict[str, torch.Tensor], idx: list[int]
     ctx.save_figure(fig, relpath)
 
 
-def _pm(d: dict, key: str) -> str:
-    m = d.get(key)
-    return "" if m is None else f"{m['mean']:.4f} ± {m['std']:.4f}"
+def reading(setting: dict, data_name: str, lang: str = "en") -> list[str]:
+    """Plain-language sentences from one setting's numbers (see :mod:`.forecast_prose`)."""
+    from .forecast_prose import reading as _reading
+
+    return _reading(setting, data_name, lang)
 
 
-def reading(setting: dict, data_name: str) -> list[str]:
-    """Plain-language sentences generated from one setting's numbers."""
-    models = setting["models"]
-    out = []
-    ranked = sorted(models, key=lambda n: models[n]["mse"]["mean"])
-    if ranked:
-        out.append(f"Lowest test MSE (scaled): {ranked[0]} ({_pm(models[ranked[0]], 'mse')}); "
-                   f"order: {', '.join(ranked)}.")
-    if "lstm" in models and "lstm_attention" in models:
-        a, b = models["lstm"]["mse"], models["lstm_attention"]["mse"]
-        diff, noise = a["mean"] - b["mean"], max(a["std"], b["std"])
-        seeds = min(models["lstm"]["seeds"], models["lstm_attention"]["seeds"])
-        pct = f"{100 * abs(diff) / a['mean']:.1f} % {'lower' if diff > 0 else 'higher'}"
-        nums = f"MSE {a['mean']:.4f} without, {b['mean']:.4f} with ({pct})"
-        if seeds < 2:  # "helped" needs a spread to beat: one seed can only say "not shown"
-            out.append(f"Temporal attention did not clearly help the LSTM: {nums}; with one seed there is no "
-                       "seed-to-seed spread to judge the difference against (run --seeds 3).")
-        elif abs(diff) <= noise:
-            out.append(f"Temporal attention did not clearly help the LSTM: {nums}; the difference is within the "
-                       f"seed-to-seed spread (std up to {noise:.4f}).")
-        elif diff > 0:
-            out.append(f"Temporal attention helped the LSTM: {nums}, beyond the seed-to-seed spread (std up to {noise:.4f}).")
-        else:
-            out.append(f"Temporal attention did not help the LSTM here, it hurt: {nums}, beyond the seed-to-seed "
-                       f"spread (std up to {noise:.4f}).")
-    for base in ("seasonal_naive", "naive"):
-        if base in models:
-            beat = [n for n in models if models[n]["mse"]["mean"] < models[base]["mse"]["mean"] and n != base]
-            out.append(f"{len(beat)} of {len(models) - 1} models beat {base} (MSE {models[base]['mse']['mean']:.4f}).")
-            break
-    att = setting.get("attention")
-    if att:
-        # "stands out": at least 1.5x the weight of the median lag (a flat profile gives 1.0x)
-        parts = [f"the {n} lag {d['lag']} {'stands out' if d['ratio_to_median'] >= 1.5 else 'does not stand out'} "
-                 f"({d['weight']:.4f}, {d['ratio_to_median']:.1f}× the median lag's weight)"
-                 for n, d in att["lags_of_interest"].items() if d.get("ratio_to_median") is not None]
-        out.append("Attention versus lag — " + "; ".join(parts) + f"; uniform would be {att['uniform_weight']:.4f}; "
-                   f"the five heaviest lags are {att['top_lags']}.")
-    if setting.get("published") and models:
-        best_name = min(models, key=lambda n: models[n]["mse"]["mean"])
-        best = models[best_name]
-        for row in setting["published"]:
-            gap = best["mse"]["mean"] - row["mse"]
-            line = (f"Published {row['model']} (input {row['input_len']}): MSE {row['mse']}; our best, {best_name}, "
-                    f"{best['mse']['mean']:.4f} is {'below' if gap < 0 else 'above'} it by {abs(gap):.4f}")
-            if row.get("mae") is not None and "mae" in best:
-                mgap = best["mae"]["mean"] - row["mae"]
-                line += f" (MAE {best['mae']['mean']:.4f} vs {row['mae']}: {'below' if mgap < 0 else 'above'} by {abs(mgap):.4f})"
-            out.append(line + ".")
-    return out
+def section(results: dict, out_dir, lang: str = "en", full_results: dict | None = None):
+    """The report section: committed ``--full`` runs first, then this run (see :mod:`.forecast_prose`)."""
+    from .forecast_prose import section as _section
 
-
-def section(results: dict, out_dir, lang: str = "en"):
-    from ..report.html import esc, png_img, table
-    from .registry import Section
-
-    run_dir = Path(getattr(results, "run_dir", out_dir))
-    data = results.get("data", {})
-    html = [f"<p>Data: {esc(data.get('name'))} ({esc(data.get('source'))}), {data.get('rows')} rows. "
-            "MSE/MAE on the scaled test split (the published tables' convention); the scaler was fitted on the "
-            "training rows only and early stopping read the validation split only.</p>"]
-    for key, st in results.get("settings", {}).items():
-        html.append(f"<h3>input {st['input_len']}, horizon {st['horizon']}, features {esc(st['features'])} "
-                    f"({st['windows']['test']} test windows, policy {esc(st['windows']['policy'])})</h3>")
-        orig = [k for k in next(iter(st["models"].values()), {}) if k.startswith("mse_orig")]
-        rows = [[n, m["seeds"], _pm(m, "mse"), _pm(m, "mae"), *(_pm(m, k) for k in orig),
-                 int(m["params"]["mean"]), f"{m['train_s']['mean']:.1f}"] for n, m in st["models"].items()]
-        html.append(table(["model", "seeds", "MSE", "MAE", *orig, "params", "train s"], rows))
-        if st.get("published"):
-            html.append(table(["published model", "input", "MSE", "MAE", "source"],
-                              [[r["model"], r["input_len"], r["mse"], r["mae"] if r["mae"] is not None else "—", r["source"]]
-                               for r in st["published"]]))
-        html.append("<ul>" + "".join(f"<li>{esc(s)}</li>" for s in reading(st, data.get("name", ""))) + "</ul>")
-        for img in (f"forecast_{key}.png", f"attention_lag_{key}.png"):
-            if (run_dir / img).is_file():
-                html.append(png_img(run_dir / img, img))
-    return Section("Forecasting: LSTM, LSTM + temporal attention, Transformers and baselines", "\n".join(html))
+    return _section(results, out_dir, lang, full_results=full_results)

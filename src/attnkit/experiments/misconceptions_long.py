@@ -67,7 +67,7 @@ class MisconceptionLong(Experiment):
                 "dense (scores materialized)": lambda: attention(q, k, v, backend="reference"),
                 "dense SDPA (fused)": lambda: attention(q, k, v, backend="sdpa"),
                 f"blockwise, window {w}": lambda: attention(q, k, v, mask=window, backend="blockwise"),
-                "linear": lambda: linear_attention(q, k, v),
+                "linear": lambda: linear_attention(q, k, v).out,
             }
             row = {"n": n, "ms": {}, "bytes": {}}
             for name, fn in calls.items():
@@ -76,7 +76,7 @@ class MisconceptionLong(Experiment):
             exact = attention(q, k, v, backend="sdpa").out
             win = attention(q, k, v, mask=window, backend="blockwise").out
             row["rel_err"] = {"window": float((win - exact).norm() / exact.norm()),
-                              "linear": float((linear_attention(q, k, v) - exact).norm() / exact.norm())}
+                              "linear": float((linear_attention(q, k, v).out - exact).norm() / exact.norm())}
             # what the window drops: the share of full attention's weight that falls outside it (mean over queries)
             full_w = attention(q, k, v, backend="reference", return_weights=True).weights  # (B, H, n, n)
             inside = window.materialize(n, n)

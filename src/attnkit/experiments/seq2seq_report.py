@@ -1,6 +1,6 @@
 """The ``attnkit report`` section of the seq2seq experiment: a plain-language reading generated from
-the numbers of ``results.json`` (nothing typed by hand), the per-bucket table (mean ± std over
-seeds), the parameter table and the figures.
+the numbers of ``results.json`` (nothing typed by hand), in English or Chinese, the per-bucket table
+(mean ± std over seeds), the parameter table, the figures, and the published numbers for scale.
 
 The reading answers the experiment's two questions:
 
@@ -12,6 +12,12 @@ The reading answers the experiment's two questions:
 2. **Does the Transformer beat the recurrent models at the same budget?** Overall primary metric
    of the Transformer against the best RNN, with the gap compared to the seed spread.
 
+With committed runs (``results/seq2seq/dates-full``, ``results/seq2seq/bible-full``, handed in as
+``full_results`` by the report, see :mod:`attnkit.report.committed`) each committed run is read
+first — 3 seeds at the ``--full`` size say more than the report's own quick run — and the quick
+run follows as a smaller replication. :data:`PAPERS` is the only hand-typed data: what Bahdanau et
+al. and Luong et al. report, each with its table.
+
 Shape legend: none (text and tables).
 """
 
@@ -22,6 +28,26 @@ from pathlib import Path
 from .seq2seq_plots import LABELS, METRIC_LABELS, finite
 
 ATTENTION_MODELS = ("bahdanau", "luong")
+WEAK_BLEU = 5.0  # below this no model translates: the run cannot support a claim
+LABELS_ZH = {"rnn": "RNN（无注意力）", "bahdanau": "RNN + Bahdanau", "luong": "RNN + Luong", "transformer": "Transformer"}
+METRIC_ZH = {"exact_match": "完全匹配率", "char_accuracy": "字符准确率", "bleu": "BLEU", "chrf": "chrF"}
+UNIT_ZH = {"characters": "个字符", "words": "个词", "tokens": "个 token"}
+
+#: BLEU on large WMT'14 test sets, as the papers tabulate them — for scale, not comparable to our small runs.
+PAPERS = [
+    {"paper": "Bahdanau et al. 2015, arXiv:1409.0473, Table 1 (WMT'14 En→Fr, all test sentences)",
+     "without": ("RNNencdec-50", 17.82), "with": ("RNNsearch-50 (additive attention)", 26.75)},
+    {"paper": "Luong et al. 2015, arXiv:1508.04025, Table 1 (WMT'14 En→De newstest2014; abstract: +5.0 BLEU)",
+     "without": ("reverse + dropout, no attention", 14.0), "with": ("local attention (general) + input feeding", 19.0)},
+]
+
+
+def _tr(lang: str, en: str, zh: str) -> str:
+    return zh if lang == "zh" else en
+
+
+def _label(name: str, lang: str) -> str:
+    return (LABELS_ZH if lang == "zh" else LABELS).get(name, name)
 
 
 def _fmt(d: dict, digits: int = 1) -> str:
@@ -38,21 +64,28 @@ def _ends(res: dict, metric: str) -> tuple[dict, dict, dict, dict] | None:
     return full[0], full[0]["metrics"][metric], full[-1], full[-1]["metrics"][metric]
 
 
-def _range(b: dict, unit: str) -> str:
+def _range(b: dict, unit: str, lang: str = "en") -> str:
     lo, hi = b["range"]
+    if lang == "zh":
+        u = UNIT_ZH.get(unit, unit)
+        return f"{lo}–{hi} {u}" if hi < 1000 else f"超过 {lo - 1} {u}"
     return f"{lo}–{hi} {unit}" if hi < 1000 else f"over {lo - 1} {unit}"
 
 
-def _change(drop: float) -> str:
+def _change(drop: float, lang: str = "en") -> str:
     if abs(drop) < 0.05:
-        return "no change"
-    return f"a fall of {drop:.1f} points" if drop > 0 else f"a rise of {-drop:.1f} points"
+        return _tr(lang, "no change", "没有变化")
+    if drop > 0:
+        return _tr(lang, f"a fall of {drop:.1f} points", f"下降 {drop:.1f} 个点")
+    return _tr(lang, f"a rise of {-drop:.1f} points", f"上升 {-drop:.1f} 个点")
 
 
-def reading(results: dict) -> list[str]:
-    """Plain-language paragraphs, every number taken from ``results``."""
+def reading(results: dict, lang: str = "en") -> list[str]:
+    """Plain-language paragraphs in ``lang`` ("en" or "zh"), every number taken from ``results``."""
     models, metric = results["models"], results["metric_names"][0]
     mname, unit = METRIC_LABELS.get(metric, metric).replace(" (%)", ""), results["length_unit"]
+    if lang == "zh":
+        mname = METRIC_ZH.get(metric, metric)
     out = []
     drops = {}
     for name, res in models.items():
@@ -63,32 +96,59 @@ def reading(results: dict) -> list[str]:
         drops[name] = (m0["mean"] - m1["mean"], m0["std"] + m1["std"], b0, b1, m0, m1)
     if "rnn" in drops:
         d, spread, b0, b1, m0, m1 = drops["rnn"]
-        out.append(
+        fall_en = f"a fall of {d:.1f} points." if d >= 0.05 else "no fall." if d > -0.05 else f"no fall ({-d:.1f} points higher)."
+        fall_zh = f"下降了 {d:.1f} 个点。" if d >= 0.05 else "没有下降。" if d > -0.05 else f"没有下降（反而高 {-d:.1f} 个点）。"
+        out.append(_tr(
+            lang,
             f"Without attention (one fixed vector for the whole source), {mname} is {m0['mean']:.1f} on the shortest sources "
-            f"({_range(b0, unit)}) and {m1['mean']:.1f} on the longest ({_range(b1, unit)}): "
-            + (f"a fall of {d:.1f} points." if d >= 0.05 else "no fall." if d > -0.05 else f"no fall ({-d:.1f} points higher).")
-        )
+            f"({_range(b0, unit)}) and {m1['mean']:.1f} on the longest ({_range(b1, unit)}): " + fall_en,
+            f"没有注意力时（整个源序列被压成一个固定向量），{mname}在最短的源序列（{_range(b0, unit, lang)}）上是 {m0['mean']:.1f}，"
+            f"在最长的（{_range(b1, unit, lang)}）上是 {m1['mean']:.1f}：" + fall_zh))
         att = [n for n in ATTENTION_MODELS if n in drops]
         if att:
-            parts = [f"{LABELS[n]} goes from {drops[n][4]['mean']:.1f} to {drops[n][5]['mean']:.1f} ({_change(drops[n][0])})" for n in att]
-            out.append("With attention, " + "; ".join(parts) + ".")
-            overall = "; ".join(f"{LABELS[n]} {models[n]['overall'][metric]['mean']:.1f}" for n in att)
-            out.append(f"Over the whole test set the fixed-vector model scores {models['rnn']['overall'][metric]['mean']:.1f}; {overall}.")
+            sep = "；" if lang == "zh" else "; "
+            parts = [_tr(lang, f"{LABELS[n]} goes from {drops[n][4]['mean']:.1f} to {drops[n][5]['mean']:.1f} ({_change(drops[n][0])})",
+                         f"{_label(n, lang)} 从 {drops[n][4]['mean']:.1f} 到 {drops[n][5]['mean']:.1f}（{_change(drops[n][0], lang)}）")
+                     for n in att]
+            out.append(_tr(lang, "With attention, " + sep.join(parts) + ".", "有注意力时，" + sep.join(parts) + "。"))
+            overall = sep.join(f"{_label(n, lang)} {models[n]['overall'][metric]['mean']:.1f}" for n in att)
+            rnn_all = models["rnn"]["overall"][metric]["mean"]
+            out.append(_tr(lang, f"Over the whole test set the fixed-vector model scores {rnn_all:.1f}; {overall}.",
+                           f"在整个测试集上，固定向量模型得分 {rnn_all:.1f}；{overall}。"))
             worst = max(att, key=lambda n: drops[n][0])
             margin = drops["rnn"][0] - drops[worst][0]
             noise = drops["rnn"][1] + drops[worst][1]
             seeds = len(models["rnn"]["overall"][metric].get("runs", [])) or 1
-            spread = f"beyond the seed spread ({noise:.1f} points)" if seeds > 1 else "from one seed only (no spread to compare with; run --seeds 3)"
             if margin > max(5.0, noise):
-                out.append(
+                spread = _tr(lang, f"beyond the seed spread ({noise:.1f} points)" if seeds > 1 else
+                             "from one seed only (no spread to compare with; run --seeds 3)",
+                             f"超出了种子间的离散程度（{noise:.1f} 个点）" if seeds > 1 else "但只有一个种子（没有离散程度可比；请用 --seeds 3）")
+                out.append(_tr(
+                    lang,
                     f"The bottleneck shows: the fixed-vector model loses {margin:.1f} points more with length than the attention "
-                    f"model that loses most ({LABELS[worst]}), {spread} — the shape of Bahdanau et al.'s Fig. 2."
-                )
+                    f"model that loses most ({LABELS[worst]}), {spread} — the shape of Bahdanau et al.'s Fig. 2.",
+                    f"瓶颈出现了：随着长度增加，固定向量模型比下降最多的注意力模型（{_label(worst, lang)}）多损失 {margin:.1f} 个点，"
+                    f"{spread}——正是 Bahdanau 等人图 2 的形状。"))
             else:
-                out.append(
-                    f"In this run the bottleneck does not show clearly: the fixed-vector model's fall exceeds the attention models' "
-                    f"by {margin:.1f} points, within the seed spread or under 5 points. Longer training (--full) or longer sources are needed."
-                )
+                out.append(_tr(
+                    lang,
+                    f"In this run the bottleneck does not show clearly: the fixed-vector model's fall minus the attention models' is "
+                    f"{margin:+.1f} points, within the seed spread or under 5 points.",
+                    f"在这次运行中瓶颈没有明显出现：固定向量模型的下降减去注意力模型的下降为 {margin:+.1f} 个点，在种子离散范围之内或不到 5 个点。"))
+                floor = min(b["metrics"][metric]["mean"] for b in models["rnn"]["buckets"] if b["count"] > 0)
+                gain = max(models[n]["overall"][metric]["mean"] for n in att) - models["rnn"]["overall"][metric]["mean"]
+                if metric in ("exact_match", "char_accuracy") and floor >= 95.0:
+                    out.append(_tr(
+                        lang,
+                        f"The fixed-vector model scores {floor:.1f} or more on every length bucket: trained this long, one vector holds "
+                        f"what this task needs (a date is a handful of fields), so at these lengths there is little left for attention "
+                        f"to rescue. Attention's gain here is {gain:+.1f} points overall, "
+                        f"not a curve that stays flat while the other falls.",
+                        f"固定向量模型在每个长度区间上都达到 {floor:.1f} 或更高：训练到这个程度，一个向量就装得下这个任务所需的信息"
+                        f"（一个日期只有几个字段），所以在这些长度上注意力几乎没有可以挽救的东西。这里注意力带来的只是总体上 "
+                        f"{gain:+.1f} 个点，而不是一条保持平坦、另一条下降的曲线。"))
+                else:
+                    out.append(_tr(lang, "Longer training or longer sources are needed to tell.", "需要更长的训练或更长的源序列才能判断。"))
     tr = models.get("transformer")
     rnns = {n: models[n] for n in ("rnn", *ATTENTION_MODELS) if n in models}
     if tr and rnns:
@@ -96,34 +156,119 @@ def reading(results: dict) -> list[str]:
         t, r = tr["overall"][metric], rnns[best]["overall"][metric]
         gap = t["mean"] - r["mean"]
         bar = max(1.0, t["std"] + r["std"])  # a point, or the seed spread if larger
-        verdict = "ahead of" if gap > bar else "behind" if -gap > bar else "level with (within a point or the seed spread)"
-        out.append(
+        k = 0 if gap > bar else 1 if -gap > bar else 2
+        verdict = ("ahead of", "behind", "level with (within a point or the seed spread)")[k]
+        verdict_zh = ("领先", "落后", "持平（差距在 1 个点或种子离散范围之内）")[k]
+        out.append(_tr(
+            lang,
             f"Overall, the Transformer scores {t['mean']:.1f} {mname} and the best recurrent model ({LABELS[best]}) {r['mean']:.1f}: "
-            f"the Transformer is {verdict} it by {abs(gap):.1f} points at {tr['params']:,} versus {rnns[best]['params']:,} parameters."
-        )
+            f"the Transformer is {verdict} it by {abs(gap):.1f} points at {tr['params']:,} versus {rnns[best]['params']:,} parameters.",
+            f"总体上，Transformer 的{mname}为 {t['mean']:.1f}，最好的循环模型（{_label(best, lang)}）为 {r['mean']:.1f}："
+            f"在 {tr['params']:,} 对 {rnns[best]['params']:,} 个参数下，Transformer {verdict_zh}，差 {abs(gap):.1f} 个点。"))
+        hist = [h for h in tr.get("history", []) if h and all("val_loss" in e for e in h)]
+        if k != 0 and hist and all(h[-1]["val_loss"] <= min(e["val_loss"] for e in h) for h in hist):
+            out.append(_tr(
+                lang,
+                f"The Transformer's validation loss was still falling at its last epoch in every seed ({len(hist)} of {len(hist)}): "
+                "it is under-trained at this number of epochs (it has no learning-rate warm-up here), so this gap is not a verdict on "
+                "the architecture.",
+                f"Transformer 的验证损失在每个种子（{len(hist)} 个中的 {len(hist)} 个）的最后一个 epoch 仍在下降：在这个 epoch 数下它还没有"
+                "训练充分（这里没有学习率预热），所以这个差距不是对架构的结论。"))
+    top = max((m["overall"][metric]["mean"] for m in models.values() if finite(m["overall"][metric]["mean"])), default=None)
+    if metric == "bleu" and top is not None and top < WEAK_BLEU:
+        out.insert(0, _tr(
+            lang,
+            f"Read this run with care: the best model reaches only {top:.1f} BLEU (under {WEAK_BLEU:.0f}), so none of the models has "
+            "learned to translate yet — this run is too short to say anything about the bottleneck or about the Transformer; "
+            "the differences below are between models that all fail.",
+            f"请谨慎解读这次运行：最好的模型也只有 {top:.1f} BLEU（低于 {WEAK_BLEU:.0f}），也就是说还没有任何模型学会翻译——这次运行太短，"
+            "既不能说明瓶颈，也不能说明 Transformer 的优劣；下面的差异只是几个都失败了的模型之间的差异。"))
     return out
 
 
-def section(results: dict, out_dir, lang: str = "en"):
-    from ..report.html import esc, png_img, table
-    from .registry import Section
+def published_html(lang: str = "en") -> str:
+    """What the papers report, without and with attention, for scale (large WMT data, not our task)."""
+    from ..report.html import table
 
-    run_dir = Path(getattr(results, "run_dir", out_dir))
-    metrics = results["metric_names"]
-    html = [f"<p>{esc(p)}</p>" for p in reading(results)]
+    rows = []
+    for p in PAPERS:
+        (n0, b0), (n1, b1) = p["without"], p["with"]
+        rows.append([n0, f"{b0:.2f}", n1, f"{b1:.2f}", f"{b1 - b0:+.2f}", p["paper"]])
+    head = (["无注意力", "BLEU", "有注意力", "BLEU", "提升", "出处"] if lang == "zh" else
+            ["without attention", "BLEU", "with attention", "BLEU", "gain", "source"])
+    return "<p>" + _tr(lang, "Published, for scale (not our numbers): the same comparison on WMT'14 news translation with "
+                             "millions of sentence pairs and models 100× larger.",
+                       "论文数据，仅作参照（不是我们的数字）：同样的比较，在 WMT'14 新闻翻译上，数百万个句对，模型大 100 倍。") + "</p>" + table(head, rows)
+
+
+def _run_html(results, run_dir: Path, lang: str) -> str:
+    """Reading, per-bucket tables, size/time table, example outputs and the figures of one run."""
+    from ..report.html import esc, png_img, table
+
+    metrics, unit = results["metric_names"], results["length_unit"]
+    html = [f"<p>{esc(p)}</p>" for p in reading(results, lang)]
     first = next(iter(results["models"].values()))
-    header = ["model", "params"] + [_range(b, results["length_unit"]) + f" (n={b['count']})" for b in first["buckets"]] + ["all"]
+    name_col, all_col = _tr(lang, "model", "模型"), _tr(lang, "all", "全部")
+    header = [name_col, _tr(lang, "params", "参数量")] + [_range(b, unit, lang) + f" (n={b['count']})" for b in first["buckets"]] + [all_col]
     for m in metrics:
-        rows = [[LABELS.get(n, n), f"{r['params']:,}"] + [_fmt(b["metrics"][m]) for b in r["buckets"]] + [_fmt(r["overall"][m])] for n, r in results["models"].items()]
-        html.append(f"<p><b>{esc(METRIC_LABELS.get(m, m))}</b> by source length (mean ± std over seeds)</p>" + table(header, rows))
-    rows = [[LABELS.get(n, n), r["width"], f"{r['params']:,}", f"{100 * (r['params'] / results['budget'] - 1):+.1f} %", _fmt(r["train_time_s"], 0)] for n, r in results["models"].items()]
-    html.append(table(["model", "width", "parameters", "vs budget", "training time (s)"], rows))
+        rows = [[_label(n, lang), f"{r['params']:,}"] + [_fmt(b["metrics"][m]) for b in r["buckets"]] + [_fmt(r["overall"][m])]
+                for n, r in results["models"].items()]
+        title = _tr(lang, f"<b>{esc(METRIC_LABELS.get(m, m))}</b> by source length (mean ± std over seeds)",
+                    f"按源序列长度的<b>{esc(METRIC_ZH.get(m, m))}</b>（多个种子的均值 ± 标准差）")
+        html.append(f"<p>{title}</p>" + table(header, rows))
+    rows = [[_label(n, lang), r["width"], f"{r['params']:,}", f"{100 * (r['params'] / results['budget'] - 1):+.1f} %",
+             _fmt(r["train_time_s"], 0), ", ".join(str(e) for e in r.get("epochs", []))] for n, r in results["models"].items()]
+    html.append(table([name_col] + (["宽度", "参数量", "相对预算", "训练时间（秒）", "各种子的 epoch 数"] if lang == "zh" else
+                                    ["width", "parameters", "vs budget", "training time (s)", "epochs per seed"]), rows))
     if results.get("examples"):
         names = list(results["models"])
         rows = [[e["source"], e["reference"]] + [e.get(n, "") for n in names] for e in results["examples"]]
-        html.append("<p>Test sentences (greedy outputs of the first seed):</p>" + table(["source", "reference"] + [LABELS.get(n, n) for n in names], rows))
-    html.append(f"<p class='note'>Data: {esc(results['data'])}</p>")
+        html.append("<p>" + _tr(lang, "Test sentences (greedy outputs of the first seed):", "测试句子（第一个种子的贪心解码输出）：") + "</p>"
+                    + table([_tr(lang, "source", "源"), _tr(lang, "reference", "参考")] + [_label(n, lang) for n in names], rows))
+    html.append(f"<p class='note'>{_tr(lang, 'Data', '数据')}: {esc(results['data'])}</p>")
     for img in ["metric_vs_length.png", "training_curves.png"] + [f"alignments_{n}.png" for n in results["models"]]:
         if (run_dir / img).is_file():
             html.append(png_img(run_dir / img, img))
-    return Section("Seq2seq: the fixed-vector bottleneck versus attention", "\n".join(html))
+    return "\n".join(html)
+
+
+def section(results, out_dir, lang: str = "en", full_results: dict | None = None):
+    """The report section: each committed ``--full`` run first (when any), then this report's own run."""
+    from ..report.html import esc
+    from .registry import Section
+
+    run_dir = Path(getattr(results, "run_dir", out_dir))
+    parts = []
+    if full_results:
+        from ..report.committed import describe_run
+
+        for name, run in full_results.items():
+            parts.append(f"<h3>{esc(_tr(lang, f'Committed run: {name}', f'已提交的运行：{name}'))}</h3>")
+            parts.append(f"<p class='note'>{esc(describe_run(name, run, lang))}.</p>")
+            parts.append(_run_html(run, Path(run.run_dir), lang))
+        parts.append(f"<h3>{esc(_tr(lang, 'This report’s own run', '本报告自己的运行'))}</h3>")
+        parts.append("<p>" + _tr(lang, "A smaller replication, run now (fewer pairs and epochs, one seed, so noisier): read the claims "
+                                       "above from the committed runs.",
+                                 "现在运行的一个较小规模的重复实验（句对和 epoch 更少，只有一个种子，因此噪声更大）：结论请以上面已提交的运行为准。") + "</p>")
+    parts.append(_run_html(results, run_dir, lang))
+    parts.append(published_html(lang))
+    return Section(_tr(lang, "Seq2seq: the fixed-vector bottleneck versus attention", "Seq2seq：固定向量瓶颈与注意力"), "\n".join(parts))
+
+
+def summary_row(results: dict, lang: str = "en", full_results: dict | None = None) -> tuple[str, str] | None:
+    """The closing summary table's row: the committed runs' overall scores when there are any, else this run's."""
+    rows = []
+    for name, r in (full_results or {"": results}).items():
+        metric, models = r["metric_names"][0], r["models"]
+        if "rnn" not in models or "bahdanau" not in models:
+            continue
+        m = {n: _fmt(x["overall"][metric]) for n, x in models.items()}
+        where = f"{name}: " if name else ""
+        tail = (_tr(lang, f", Transformer {m['transformer']}", f"，Transformer {m['transformer']}") if "transformer" in m else "")
+        rows.append(where + _tr(lang, f"{METRIC_LABELS.get(metric, metric).replace(' (%)', ' %')}: no attention {m['rnn']}, Bahdanau {m['bahdanau']}",
+                                f"{METRIC_ZH.get(metric, metric)}：无注意力 {m['rnn']}，Bahdanau {m['bahdanau']}") + tail)
+    if not rows:
+        return None
+    return (_tr(lang, "; ", "；").join(rows), _tr(lang, "attention removes the fixed-vector bottleneck where the fixed vector is too small; "
+                                       "see the per-length tables for where it shows",
+                                 "当固定向量不够用时，注意力消除了这个瓶颈；具体在哪些长度上出现，见按长度的表格"))

@@ -8,11 +8,17 @@ With a committed run (``results/vision/full``, handed in as ``full_results`` by 
 :mod:`attnkit.report.committed`) the reading is the committed run's — 3 seeds on 20,000 training
 images says more than the report's own quick run of 2,000 — and the quick run follows it as a
 smaller replication; without one the quick run is read.
+
+What MHSA2d costs at a detector's feature-map sizes is quoted by :mod:`.vision_cost_prose` from
+the committed benchmark ``benchmarks/results/vision_cost.json``, read when the section is rendered
+(``cost_file``); without that file the paragraph is left out.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+
+from .vision_cost_prose import COST_FILE, cost_html
 
 DATA_NAMES = {"fashion-mnist": ("Fashion-MNIST", "Fashion-MNIST"), "digits": ("scikit-learn's 8×8 digits", "scikit-learn 的 8×8 手写数字")}
 OBJECT_WORDS = {"fashion-mnist": ("garment", "服装", "kind of garment", "服装种类"), "digits": ("digit", "数字笔画", "digit", "数字")}
@@ -231,7 +237,7 @@ def pick_committed(full_results: dict | None):
     return name, full_results[name]
 
 
-def section(results, out_dir, lang: str = "en", full_results: dict | None = None):
+def section(results, out_dir, lang: str = "en", full_results: dict | None = None, cost_file: str | Path | None = COST_FILE):
     from ..report.committed import describe_run
     from ..report.html import esc
     from .registry import Section
@@ -253,6 +259,7 @@ def section(results, out_dir, lang: str = "en", full_results: dict | None = None
     else:
         parts.append(_sentences(results, lang) + results_table(results, lang) + _figures(results, run_dir) + _viewers(results, run_dir, lang))
     parts.append(published_html(full if full is not None else results, lang))
+    parts.append(cost_html(lang, cost_file))
     title = _tr(lang, "Attention in vision: SE, ECA, CBAM, MHSA2d and a ViT on Fashion-MNIST", "视觉中的注意力：SE、ECA、CBAM、MHSA2d 与 ViT（Fashion-MNIST）")
     return Section(title, "\n".join(parts))
 

@@ -46,7 +46,7 @@ from torch import Tensor, nn
 
 from ..core import hooks
 from ..core.output import AttentionOutput, Report
-from ..core.tiles import TileState
+from ..core.tiles import TileGrid, TileState
 from .metrics import RowSummary, RowSummaryAccumulator, row_summaries_from_weights
 
 RECORD_MODES = ("auto", "weights", "summaries", "reports")
@@ -288,17 +288,17 @@ def tiled_row_summaries(
     kv_block = min(S, kv_block)
     q_block = max(1, min(L, tile_elements // max(1, B * H * kv_block)))
     parts = []
+    # the mask's own tile states for the whole grid, once (EMPTY tiles skipped, FULL ones unmasked)
+    codes = None if call.mask is None else call.mask.tile_states(TileGrid.uniform(L, S, q_block, kv_block)).tolist()
     for q0 in range(0, L, q_block):
         q1 = min(L, q0 + q_block)
         acc = RowSummaryAccumulator(k, sink_positions=sink_positions, offset=q0 + S - L)
         folded = False
         for k0 in range(0, S, kv_block):
             k1 = min(S, k0 + kv_block)
-            state = TileState.FULL
-            if call.mask is not None:
-                state = call.mask.tile_state((q0, q1), (k0, k1), L, S, batch=B, heads=H, device=q.device)
-                if state is TileState.EMPTY:
-                    continue
+            state = TileState.FULL if codes is None else TileState(codes[q0 // q_block][k0 // kv_block])
+            if state is TileState.EMPTY:
+                continue
             s = call.score(q[:, :, q0:q1].to(work), kx[:, :, k0:k1].to(work)) * call.scale  # (B, H, l, s)
             if call.bias is not None:
                 s = call.bias.apply(s, (q0, q1), (k0, k1), L, S)

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from attnkit.core import online_softmax
 from attnkit.inspect.row_metrics import _check_int, check_weights, mean_attention_distance
 
 __all__ = [
@@ -189,13 +190,12 @@ class RowSummaryAccumulator:
         self._spans.append((k_start, end))
         s = s.detach().to(self._m.dtype)
 
-        m_new = torch.maximum(self._m, s.amax(-1))
-        # Rows that have seen only -inf keep m = -inf; shift by 0 there to avoid inf - inf.
-        m_safe = torch.where(torch.isneginf(m_new), torch.zeros_like(m_new), m_new)
+        # the shared online-softmax step; rows that have seen only -inf keep m = -inf and are
+        # shifted by 0 (the -inf guard); alpha is 0 where m was -inf, e is 0 on masked keys
+        m_new, m_safe, e, alpha = online_softmax.step(self._m[..., None], s)
+        m_new, m_safe, alpha = m_new[..., 0], m_safe[..., 0], alpha[..., 0]
         seen = self._z > 0
-        alpha = torch.exp(self._m - m_safe)  # 0 where m was -inf
         d = s - m_safe[..., None]  # (B, H, L, n); -inf on masked keys
-        e = torch.exp(d)  # 0 on masked keys
         ed = torch.where(e > 0, e * d, torch.zeros_like(e))  # avoid 0 * -inf
         self._t = torch.where(seen, alpha * (self._t + (self._m - m_safe) * self._z), torch.zeros_like(self._t))
         self._t = self._t + ed.sum(-1)
@@ -231,8 +231,7 @@ class RowSummaryAccumulator:
     def logsumexp(self) -> Tensor:
         """The row log-sum-exp of the tiles seen so far, (B, H, L); -inf for rows with no finite score."""
         self._require_updates()
-        m_safe = torch.where(torch.isneginf(self._m), torch.zeros_like(self._m), self._m)
-        return torch.where(self._z > 0, m_safe + torch.log(self._z), torch.full_like(self._z, -math.inf))
+        return online_softmax.finish(self._m, self._z)[1]
 
     def _require_updates(self) -> None:
         if self._shape is None:

@@ -11,12 +11,15 @@ through a second registry, ``AttentionMaskInterface``. :func:`register` puts att
     model = AutoModel.from_pretrained(path, attn_implementation="attnkit")
 
 runs every attention call of the model through :func:`attnkit.attention` (auto dispatch,
-fully-masked-row safety, the capture hook) with no change to the model code.
+fully-masked-row safety, the capture hook) with no change to the model code. A model whose
+attention layers never call that registry (Bloom, GPT-Neo, DeBERTa, …) is refused at load with a
+ValueError instead of running wrong (:mod:`attnkit.integrations.hf_routing`).
 
 How Hugging Face's mask arrives and what attnkit makes of it (attnkit's polarity is True = may attend):
 
 * ``None`` — no mask; if the module is causal (``is_causal`` kwarg or ``module.is_causal``) and
-  L > 1, a bottom-right causal mask (HF only leaves it out when L == S, where top-left is the same).
+  L > 1, a bottom-right causal mask (HF only leaves it out when L == S, where top-left is the same);
+  with a ``sliding_window`` kwarg, that window (HF leaves the mask out when the window cannot bind).
 * bool (B|1, 1|H, L, S), True = attend — the mask we register (``sdpa_mask``) builds this; used as is,
   or as a (B, S) key-padding mask when every row is the same (cheaper, tile-skippable).
 * float, additive — masked entries are ``-inf`` or the dtype's most negative value (HF's fill
@@ -24,14 +27,23 @@ How Hugging Face's mask arrives and what attnkit makes of it (attnkit's polarity
   an additive bias (dropped when it is all zeros). A fully masked row therefore gives zeros, not the
   uniform average HF's eager path produces.
 
-``output_attentions=True`` makes the call return weights (a weight-returning backend runs); to see
-weights while the model keeps its fused backend, use :func:`attnkit.inspect.capture`.
+Attention sinks (gpt-oss's ``s_aux``, Inkling-2's ``sinks``: one more logit per query and head, with
+a zero value) scale each row by sigmoid(lse − sink), so those calls run on a backend that returns the
+log-sum-exp. Any other argument a model's own ``eager_attention_forward`` reads and attnkit does not
+implement raises a ValueError rather than being dropped.
+
+``output_attentions=True`` — passed down, collected by transformers' ``@capture_outputs`` hooks, or
+held by the calling layer (Falcon) — makes the call return weights, as eager does (a weight-returning
+backend runs); to see weights while the model keeps its fused backend, use :func:`attnkit.inspect.capture`.
 
 Shape legend: B batch, H query heads, Hkv key/value heads, L queries, S keys, E / Ev head dims.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
+import sys
 from typing import Callable
 
 import torch
@@ -72,9 +84,96 @@ def convert_hf_mask(attention_mask: torch.Tensor | None, S: int) -> tuple[M.Mask
     return M.TensorMask(allowed), bias
 
 
+def _window_mask(window: object, causal: bool) -> M.Mask:
+    """transformers' ``sliding_window`` w as an attnkit mask: causal, the last w keys
+    (``kv > q - w``); bidirectional (ModernBERT), ``|q - kv| < w``."""
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        raise ValueError(
+            f"sliding_window from transformers must be a positive int, got {window!r}; load this model with "
+            "attn_implementation='eager' and report the architecture to attnkit"
+        )
+    return M.sliding_window(left=window - 1, right=0 if causal else window - 1)
+
+
 def _softcap_mod(cap: float) -> Bi.ScoreModifier:
     # Gemma-2 style soft-capping, applied like HF eager: after scaling, before the mask
     return Bi.ScoreMod(lambda score, b, h, q, kv: torch.tanh(score / cap) * cap)
+
+
+def _weights_collected() -> bool:
+    """Whether transformers' output capture is collecting attention weights for the running forward.
+
+    Models decorated with ``@capture_outputs`` (GPT-2, OPT, SigLIP, … in transformers ≥ 5) never pass
+    ``output_attentions`` down to the attention call: a hook takes the weights from the layer's
+    return value, and eager always returns them. So when the active collector asks for any
+    ``*attentions`` key, attnkit must return weights too. The collector is private API: if it moves,
+    fall back to the ``output_attentions`` kwarg alone (the weights are then left out, as before).
+    """
+    try:
+        from transformers.utils.output_capturing import _active_collector
+
+        collected = _active_collector.get()
+    except Exception:  # pragma: no cover - depends on the transformers version
+        return False
+    return isinstance(collected, dict) and any(k.endswith("attentions") for k in collected)
+
+
+# what attnkit_attention_forward does something with; anything else a model's own eager function reads is
+# a semantic it would silently drop
+_HANDLED = frozenset({"module", "query", "key", "value", "attention_mask", "scaling", "dropout", "is_causal",
+                      "softcap", "sliding_window", "position_bias", "output_attentions", "sinks", "s_aux"})
+
+
+@functools.lru_cache(maxsize=None)
+def _eager_only_args(module_cls: type) -> frozenset[str]:
+    """Named arguments of the ``eager_attention_forward`` next to ``module_cls`` that attnkit does not handle."""
+    fn = getattr(sys.modules.get(module_cls.__module__), "eager_attention_forward", None)
+    try:
+        params = inspect.signature(fn).parameters if callable(fn) else {}
+    except (TypeError, ValueError):  # pragma: no cover - builtins or odd callables
+        return frozenset()
+    named = {n for n, p in params.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    return frozenset(named - _HANDLED)
+
+
+def _reject_unhandled(module: nn.Module, kwargs: dict) -> None:
+    """Raise when the model passes something its eager attention uses and attnkit would ignore."""
+    extra = [n for n in sorted(_eager_only_args(type(module))) if kwargs.get(n) is not None]
+    if extra:
+        raise ValueError(
+            f"{type(module).__name__} passes {extra} to its attention function; the attnkit integration does not "
+            "implement that and would silently leave it out. Load this model with "
+            "attn_implementation='eager' or 'sdpa'."
+        )
+
+
+def _sink_logits(sink: torch.Tensor, B: int, H: int, L: int) -> torch.Tensor:
+    """Attention-sink logits as (B|1, H, L|1): gpt-oss passes ``s_aux`` (H,), Inkling-2 ``sinks`` (B, H, L, 1)."""
+    if sink.dim() == 1 and sink.shape[0] == H:
+        return sink.view(1, H, 1)
+    if sink.dim() == 4 and (sink.shape[1], sink.shape[3]) == (H, 1) and sink.shape[0] in (1, B) and sink.shape[2] in (1, L):
+        return sink[..., 0]
+    raise ValueError(
+        f"attention sinks must be (H,) = ({H},) or (B|1, H, L|1, 1) = ({B}|1, {H}, {L}|1, 1), got {tuple(sink.shape)}; "
+        "load this model with attn_implementation='eager' and report the architecture to attnkit"
+    )
+
+
+def _caller_wants_weights() -> bool:
+    """Whether the attention layer that called us was itself asked for weights (``output_attentions``).
+
+    Some layers (Falcon, and others whose ``forward`` takes ``output_attentions`` as a named argument)
+    keep the flag and never pass it to the attention function, then return whatever weights it gave:
+    eager always gives them. Read the flag from the calling ``forward``'s frame (two frames up: this
+    function, then ``attnkit_attention_forward``). Skipped while compiling, where frames are not real.
+    """
+    if torch.compiler.is_compiling():
+        return False
+    try:
+        frame = sys._getframe(2)
+    except ValueError:  # pragma: no cover - called from the top of the stack
+        return False
+    return frame.f_locals.get("output_attentions") is True
 
 
 def make_attention_forward(backend: str = "auto") -> Callable:
@@ -92,17 +191,16 @@ def make_attention_forward(backend: str = "auto") -> Callable:
         **kwargs,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """query (B, H, L, E), key (B, Hkv, S, E), value (B, Hkv, S, Ev) → ((B, L, H, Ev), weights | None)."""
-        if kwargs.get("s_aux") is not None:
-            raise ValueError("attention sinks (s_aux) are not supported by the attnkit integration; use attn_implementation='eager'")
-        if kwargs.get("sliding_window") is not None and attention_mask is None and query.shape[2] > 1:
-            raise ValueError(
-                "sliding_window without a mask: register attnkit with attnkit.integrations.hf.register() so "
-                "transformers builds the window mask"
-            )
+        _reject_unhandled(module, kwargs)
         L, S = query.shape[2], key.shape[2]
         mask, bias = convert_hf_mask(attention_mask, S)
         causal = is_causal if is_causal is not None else getattr(module, "is_causal", False)
-        if mask is None and attention_mask is None and causal and L > 1:
+        window = kwargs.get("sliding_window")
+        if attention_mask is None and window is not None:
+            # transformers leaves the mask out when the window cannot bind (S < window, no padding), as for
+            # sdpa; applying the window anyway is then a no-op, and right if a caller left it out otherwise
+            mask = _window_mask(window, causal)
+        elif mask is None and attention_mask is None and causal and L > 1:
             mask = M.causal("bottom_right")
         mods = []
         softcap = kwargs.get("softcap")
@@ -113,7 +211,11 @@ def make_attention_forward(backend: str = "auto") -> Callable:
             mods.append(Bi.TensorBias(pos_bias[..., :S]))
         if bias is not None:
             mods.append(bias)
-        want = bool(kwargs.get("output_attentions", False))
+        want = bool(kwargs.get("output_attentions", False)) or _weights_collected() or _caller_wants_weights()
+        sink = kwargs.get("s_aux") if kwargs.get("s_aux") is not None else kwargs.get("sinks")
+        run = backend
+        if sink is not None and backend == "auto":
+            run = "reference" if want else "blockwise"  # exact backends that return the log-sum-exp
         with hooks.scope(module):  # lets attnkit.inspect.capture name the layer
             res = attention(
                 query, key, value,
@@ -121,10 +223,22 @@ def make_attention_forward(backend: str = "auto") -> Callable:
                 bias=mods if len(mods) > 1 else (mods[0] if mods else None),
                 scale=scaling,
                 dropout_p=dropout if module.training else 0.0,
-                backend=backend,
+                backend=run,
                 return_weights=want,
             )
-        return res.out.transpose(1, 2).contiguous(), res.weights  # (B, L, H, Ev)
+        out, weights = res.out, res.weights
+        if sink is not None:
+            # A sink is one more logit per (query, head) with a zero value (gpt-oss, Inkling-2): softmax over
+            # [scores, sink] = softmax(scores) · Z / (Z + e^sink), Z = e^lse, i.e. a factor sigmoid(lse − sink)
+            if res.lse is None:
+                raise ValueError(
+                    f"attnkit backend {res.report.backend!r} returns no log-sum-exp, which attention sinks need; "
+                    "register attnkit with backend='auto', 'reference' or 'blockwise' for this model"
+                )
+            keep = torch.sigmoid(res.lse.float() - _sink_logits(sink, query.shape[0], query.shape[1], L).float())
+            out = (out.float() * keep[..., None]).to(out.dtype)
+            weights = None if weights is None else (weights.float() * keep[..., None]).to(weights.dtype)
+        return out.transpose(1, 2).contiguous(), weights  # (B, L, H, Ev)
 
     attnkit_attention_forward.__qualname__ = f"attnkit_attention_forward[{backend}]"
     return attnkit_attention_forward
@@ -144,14 +258,21 @@ def register(name: str = DEFAULT_NAME, backend: str = "auto") -> str:
         from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
     except ImportError:  # pragma: no cover - depends on the environment
         AttentionMaskInterface = sdpa_mask = None
-    if not isinstance(name, str) or not name or name in {"eager", "sdpa", "flex_attention"} or name.startswith("flash_attention"):
-        raise ValueError(f"name must be a new non-empty string (not a built-in transformers implementation), got {name!r}")
+    # transformers dispatches on substrings ("sdpa" in name runs its sdpa checks, "flash"/"flex" likewise)
+    if not isinstance(name, str) or not name or any(w in name for w in ("eager", "sdpa", "flex", "flash", "paged|")):
+        raise ValueError(
+            f"name must be a new non-empty string without 'eager', 'sdpa', 'flex', 'flash' or 'paged|' (transformers "
+            f"gives those substrings their own meaning), got {name!r}"
+        )
     if not isinstance(backend, str):
         raise TypeError(f"backend must be 'auto' or a registered attnkit backend name, got {type(backend).__name__}")
     if backend != "auto":
         from ..core import registry
 
         registry.get(backend)  # raises ValueError listing the valid names
+    from . import hf_routing
+
+    hf_routing.install(name)  # models that would ignore the name fail at load (see hf_routing)
     AttentionInterface.register(name, make_attention_forward(backend))
     # sdpa_mask: a bool mask with True = attend, or None when no mask is needed (is_causal / no padding)
     if AttentionMaskInterface is not None:

@@ -53,7 +53,6 @@ from ..core.checks import require_choice
 from .cache_base import CacheView, KVCache, _batch_msg, _check_indices, _scatter_rows
 from .cache_kinds import CrossAttentionCache, DynamicCache, SlidingWindowCache, StaticCache, _LinearCache
 from .cache_positions import (
-    _POSITIONAL_MASKS,
     PositionedBias,
     PositionedMask,
     _check_positional_mask,

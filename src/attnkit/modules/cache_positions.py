@@ -31,22 +31,12 @@ def _take(pos: torch.Tensor, b: torch.Tensor, idx: torch.Tensor) -> torch.Tensor
     return pos[b if pos.shape[0] > 1 else torch.zeros_like(b), idx]
 
 
-_POSITIONAL_MASKS = (M.CausalMask, M.SlidingWindowMask, M.CustomMask)
-
-
 def _check_positional_mask(m: M.Mask) -> None:
-    if isinstance(m, (M.AndMask, M.OrMask)):
-        for p in m.parts:
-            _check_positional_mask(p)
-    elif isinstance(m, M.NotMask):
-        _check_positional_mask(m.inner)
-    elif isinstance(m, M.KeyPrefixMask) and not isinstance(m.prefix, torch.Tensor):
-        return
-    elif not isinstance(m, _POSITIONAL_MASKS):
+    if not m.positional:  # the mask kind says whether it reads positions only (Mask.positional)
         raise ValueError(
             f"with a cache, mask= is evaluated at absolute positions (q_idx, kv_idx = token positions), so it must be a "
-            f"positional mask (causal, sliding_window, prefix_lm with an int, custom); got {m!r}, which indexes by slot. "
-            f"Pass padding as attention_mask= (B, L) for the new tokens instead"
+            f"positional mask (causal, sliding_window, chunked, prefix_lm with an int, custom); got {m!r}, which indexes "
+            f"by slot. Pass padding as attention_mask= (B, L) for the new tokens instead"
         )
 
 

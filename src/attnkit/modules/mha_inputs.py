@@ -88,8 +88,10 @@ def _apply_positions(q, k, bias, positions, rotary, self_attention: bool):
     return q, k, bias
 
 
-def combine_masks(mask=None, key_padding_mask=None, attention_mask=None, causal: bool = False) -> M.Mask | None:
-    """AND of every mask given, each converted to the True = may-attend polarity."""
+def combine_masks(mask=None, key_padding_mask=None, attention_mask=None, causal: bool = False, *, key_valid=None) -> M.Mask | None:
+    """AND of every mask given, each converted to the True = may-attend polarity.
+
+    ``key_valid``: (B, S) bool, True = real key (what a cross-attention cache stored)."""
     parts = []
     if mask is not None:
         parts.append(M.as_mask(mask))
@@ -97,6 +99,8 @@ def combine_masks(mask=None, key_padding_mask=None, attention_mask=None, causal:
         parts.append(M.from_key_padding_mask(key_padding_mask))
     if attention_mask is not None:
         parts.append(M.from_attention_mask(attention_mask))
+    if key_valid is not None:
+        parts.append(M.KeyPaddingMask(key_valid))
     if causal:
         parts.append(M.causal("bottom_right"))
     if not parts:

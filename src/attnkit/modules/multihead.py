@@ -163,15 +163,7 @@ class MultiHeadAttention(nn.Module):
         if rotary is not None or positions is not None:
             q, k, bias = _apply_positions(q, k, bias, positions, rotary, self_attention)
         combined = combine_masks(mask, key_padding_mask, attention_mask, causal)
-        res = attention(
-            q, k, v, score=self.score, mask=combined, bias=bias,
-            dropout_p=self.dropout if self.training else 0.0,
-            backend=self.backend, return_weights=need_weights,
-        )
-        out = self.merge(res.out)
-        if not self.batch_first:
-            out = out.transpose(0, 1)
-        return out, res
+        return self._attention(q, k, v, combined, bias, need_weights)
 
     def _attend_cached(
         self, query, key, value, *, cache, mask, key_padding_mask, attention_mask, causal, bias, need_weights, positions, rotary
@@ -191,7 +183,8 @@ class MultiHeadAttention(nn.Module):
         if cache.batch_size is not None and cache.batch_size != B:
             raise ValueError(C._batch_msg(cache, cache.batch_size, B))
         valid = _new_token_validity(key_padding_mask, attention_mask, B, L, query.device)
-        q, k, v = self.project(query, query, query)  # (B, H, L, E), (B, Hkv, L, E) x2
+        q = self.project_q(query)  # (B, H, L, E)
+        k, v = self.project_kv(query, query)  # (B, Hkv, L, E) x2
         if positions is None:
             pos = cache.positions_for(B, L, valid, device=q.device)  # (B, L)
         else:
@@ -211,11 +204,7 @@ class MultiHeadAttention(nn.Module):
         bm = as_modifier(bias)
         if bm is not None:
             bm = C.PositionedBias(bm, pos, view.positions)
-        res = attention(
-            q, view.k, view.v, score=self.score, mask=combined, bias=bm,
-            dropout_p=self.dropout if self.training else 0.0, backend=self.backend, return_weights=need_weights,
-        )
-        return self._finish(res), res
+        return self._attention(q, view.k, view.v, combined, bm, need_weights)
 
     def _attend_cross_cached(self, query, key, value, cache, mask, key_padding_mask, attention_mask, causal, bias, need_weights):
         B = query.shape[0 if self.batch_first else 1]
@@ -223,12 +212,8 @@ class MultiHeadAttention(nn.Module):
             if key is None:
                 raise ValueError("CrossAttentionCache is empty; the first call must pass key= (the encoder output) to fill it")
             query, key, value = self._inputs(query, key, value)
-            S = key.shape[1]
-            valid = _new_token_validity(key_padding_mask, attention_mask, B, S, query.device)
-            B, S = key.shape[:2]
-            k = self.k_proj(key).view(B, S, self.kv_heads, self.head_dim).transpose(1, 2)
-            v = self.v_proj(value).view(B, S, self.kv_heads, self.head_dim).transpose(1, 2)
-            view = cache.store(k, v, valid)
+            valid = _new_token_validity(key_padding_mask, attention_mask, B, key.shape[1], query.device)
+            view = cache.store(*self.project_kv(key, value), valid)  # encoder keys projected once
         else:
             if key is not None:
                 raise ValueError("CrossAttentionCache already holds encoder keys; pass key=None to reuse them, or reset() it for a new input")
@@ -236,21 +221,17 @@ class MultiHeadAttention(nn.Module):
                 raise ValueError("encoder padding was stored when the CrossAttentionCache was filled; don't pass key_padding_mask/attention_mask again")
             query, _, _ = self._inputs(query, None, None)
             view = cache.view(batch=query.shape[0])
-        B, L, _ = query.shape
-        q = self.q_proj(query).view(B, L, self.num_heads, self.head_dim).transpose(1, 2)
-        parts = [p for p in (M.as_mask(mask), M.KeyPaddingMask(view.valid) if view.valid is not None else None, M.causal() if causal else None) if p is not None]
-        combined = None
-        for p in parts:
-            combined = p if combined is None else combined & p
+        combined = combine_masks(mask, causal=causal, key_valid=view.valid)
+        return self._attention(self.project_q(query), view.k, view.v, combined, bias, need_weights)
+
+    def _attention(self, q, k, v, mask, bias, need_weights) -> tuple[torch.Tensor, AttentionOutput]:
+        """The one attention call of every path (plain, cached, cross-cached), then the output projection."""
         res = attention(
-            q, view.k, view.v, score=self.score, mask=combined, bias=bias,
+            q, k, v, score=self.score, mask=mask, bias=bias,
             dropout_p=self.dropout if self.training else 0.0, backend=self.backend, return_weights=need_weights,
         )
-        return self._finish(res), res
-
-    def _finish(self, res: AttentionOutput) -> torch.Tensor:
         out = self.merge(res.out)
-        return out if self.batch_first else out.transpose(0, 1)
+        return (out if self.batch_first else out.transpose(0, 1)), res
 
     # pieces ----------------------------------------------------------------------------------
     def _inputs(self, query, key, value):
@@ -275,12 +256,19 @@ class MultiHeadAttention(nn.Module):
 
     def project(self, query, key, value):
         """(B, L, D) inputs → q (B, H, L, E), k (B, Hkv, S, E), v (B, Hkv, S, E)."""
+        return (self.project_q(query), *self.project_kv(key, value))
+
+    def project_q(self, query: torch.Tensor) -> torch.Tensor:
+        """query (B, L, D) → q (B, H, L, E)."""
         B, L, _ = query.shape
-        S = key.shape[1]
-        q = self.q_proj(query).view(B, L, self.num_heads, self.head_dim).transpose(1, 2)
+        return self.q_proj(query).view(B, L, self.num_heads, self.head_dim).transpose(1, 2)
+
+    def project_kv(self, key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """key (B, S, Dk), value (B, S, Dv) → k, v (B, Hkv, S, E)."""
+        B, S, _ = key.shape
         k = self.k_proj(key).view(B, S, self.kv_heads, self.head_dim).transpose(1, 2)
         v = self.v_proj(value).view(B, S, self.kv_heads, self.head_dim).transpose(1, 2)
-        return q, k, v
+        return k, v
 
     def merge(self, out: torch.Tensor) -> torch.Tensor:
         """(B, H, L, E) → (B, L, D) through the output projection."""

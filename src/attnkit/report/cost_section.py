@@ -48,7 +48,7 @@ def compute(ctx: SectionContext) -> dict:
     n = 512 if ctx.size == "quick" else 128
     ql, kl, vl = (torch.randn(1, 4, n, 32, generator=g) for _ in range(3))
     exact = attention(ql, kl, vl, backend="reference").out
-    lin = linear_attention(ql, kl, vl)
+    lin = linear_attention(ql, kl, vl).out
     lin_err = float((lin - exact).norm() / exact.norm())
     data = {"reference_bytes_256": small, "formula_256": B * H * 256 * 256 * 4, "dense": dense, "auto": auto,
             "linear_rel_err": lin_err, "linear_n": n, "_files": []}

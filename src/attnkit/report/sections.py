@@ -178,13 +178,10 @@ def _m(x):
     return x["mean"] if isinstance(x, dict) else x
 
 
-def _seq2seq_summary(res: dict, lang: str):
-    metric = res["metric_names"][0]
-    m = {n: _m(r["overall"][metric]) for n, r in res["models"].items()}
-    if "rnn" not in m or "bahdanau" not in m:
-        return None
-    return (tr(lang, f"{metric}: no attention {m['rnn']:.1f}, Bahdanau {m['bahdanau']:.1f}", f"{metric}：无注意力 {m['rnn']:.1f}，Bahdanau {m['bahdanau']:.1f}"),
-            tr(lang, "attention removes the fixed-vector bottleneck", "注意力消除了固定向量瓶颈"))
+def _seq2seq_summary(res: dict, lang: str, full_results=None):
+    from ..experiments.seq2seq_report import summary_row  # the committed --full runs' scores when there are any
+
+    return summary_row(res, lang, full_results)
 
 
 def _vision_summary(res: dict, lang: str, full_results=None):
@@ -201,14 +198,10 @@ def _minilm_summary(res: dict, lang: str):
             tr(lang, "heads specialise: position, content, sinks", "不同的头各有分工：位置、内容、汇点"))
 
 
-def _forecast_summary(res: dict, lang: str):
-    setting, s = next(iter(res["settings"].items()))
-    ms = {n: _m(r["mse"]) for n, r in s["models"].items() if "mse" in r}
-    best = min(ms, key=ms.get)
-    pair = (tr(lang, f"; LSTM {ms['lstm']:.3f} vs LSTM+attention {ms['lstm_attention']:.3f}", f"；LSTM {ms['lstm']:.3f}，LSTM+注意力 {ms['lstm_attention']:.3f}")
-            if "lstm" in ms and "lstm_attention" in ms else "")
-    return (tr(lang, f"{setting}: best test MSE {best} {ms[best]:.3f}", f"{setting}：测试 MSE 最好的是 {best} {ms[best]:.3f}") + pair,
-            tr(lang, "attention over time must beat simple baselines to earn its cost", "时间注意力必须胜过简单基线才值得它的成本"))
+def _forecast_summary(res: dict, lang: str, full_results=None):
+    from ..experiments.forecast_prose import summary_row  # the committed --full runs' numbers when there are any
+
+    return summary_row(res, lang, full_results)
 
 
 def _qkv_summary(res: dict, lang: str):

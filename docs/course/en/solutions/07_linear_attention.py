@@ -13,7 +13,7 @@ v = torch.randn(1, 1, n, E, dtype=torch.float64)
 
 def favor_error(q, k, F=256):
     exact = attnkit.attention(q, k, v).out
-    approx = attnkit.linear_attention(q, k, v, feature_map="favor", num_features=F)
+    approx = attnkit.linear_attention(q, k, v, feature_map="favor", num_features=F).out
     return ((approx - exact).norm() / exact.norm()).item()
 
 
@@ -28,7 +28,7 @@ for i in range(n):
     U, z = U + torch.outer(fk, v[0, 0, i]), z + fk  # constant-size state: this is why it decodes in O(1) per token
     outs.append(fq @ U / (fq @ z))
 rnn = torch.stack(outs)
-print("2. max |RNN - attnkit causal| =", (rnn - attnkit.linear_attention(q, k, v, causal=True)[0, 0]).abs().max().item())
+print("2. max |RNN - attnkit causal| =", (rnn - attnkit.linear_attention(q, k, v, mask=attnkit.masks.causal()).out[0, 0]).abs().max().item())
 
 # 3. 2 n^2 E = 3 n F E  =>  n = 1.5 F
 print("3. crossover n = 1.5 * 256 =", int(1.5 * 256))

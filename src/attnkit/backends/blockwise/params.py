@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from ..core.biases import CustomBias, ScoreMod, ScoreModifier, SumOfModifiers, TensorBias
+from ...core.biases import CustomBias, ScoreMod, ScoreModifier, SumOfModifiers, TensorBias
 
 __all__ = ["_bias_params"]
 

@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..core.biases import ALiBi, RelativePositionBias, ScoreModifier, SumOfModifiers, T5RelativeBias
-from ..core.indices import index_grid
-from ..core.masks import CausalMask, Mask, SlidingWindowMask
-from ..core.scores import Score
-from .tiling import FULL, UNKNOWN
+from ...core.biases import ScoreModifier
+from ...core.indices import index_grid
+from ...core.masks import Mask, values_readable
+from ...core.scores import Score
+from ..tiling import FULL
 
 __all__ = ["LOG2E", "LN2", "_INF", "_Plan", "_Tiles", "_q_tile", "_tile_mask", "_tile_order"]
 
@@ -53,7 +53,6 @@ class _Plan:
     dropout_p: float
     seed: int
     work: torch.dtype  # dtype of softmax statistics and accumulators
-    n_params: int
     qscale: float | None = None  # dot path: scale·log2 e applied to each query tile (no scaled copy of q)
     kept: list[list[int]] = field(default_factory=list)  # non-empty key blocks per query block
     code_rows: list[list[int]] = field(default_factory=list)  # codes as Python ints (no tensor indexing per tile)
@@ -68,13 +67,6 @@ class _Plan:
         return self.score is not None or (self.bias is not None and not self.bias.additive)
 
 
-def _relative(bias: ScoreModifier) -> bool:
-    """Biases that are a function of (head, key position − query position) only."""
-    if isinstance(bias, SumOfModifiers):
-        return all(_relative(p) for p in bias.parts)
-    return type(bias) in (ALiBi, T5RelativeBias, RelativePositionBias)
-
-
 class _Tiles:
     """Per-call helpers that evaluate masks, biases and scores on one tile."""
 
@@ -84,9 +76,10 @@ class _Tiles:
         self.mask_fn = plan.mask.predicate(L, S) if plan.mask is not None else None
         self.bias_fn = plan.bias.bias_fn(L, S) if plan.bias is not None and plan.bias.additive else None
         self.mod_fn = plan.bias.score_mod(L, S) if plan.bias is not None and not plan.bias.additive else None
-        self.toeplitz = self.bias_fn is not None and not plan.general and _relative(plan.bias)
-        self.shift_invariant = type(plan.mask) in (CausalMask, SlidingWindowMask)
-        self.mask_cache: dict[tuple[int, int, int], torch.Tensor] = {}
+        # a bias that says it depends only on (head, key − query) is evaluated once per tile diagonal
+        self.toeplitz = self.bias_fn is not None and not plan.general and plan.bias.relative
+        self.shift_invariant = plan.mask is not None and plan.mask.shift_invariant  # the mask says so
+        self.mask_cache: dict[tuple[int, int, int], tuple[bool, torch.Tensor | None]] = {}
 
     def grid(self, obj_dims, q0, q1, k0, k1, device):
         p = self.p
@@ -94,13 +87,21 @@ class _Tiles:
         nh = p.H if "h" in obj_dims else 1
         return index_grid((q0, q1), (k0, k1), batch=nb, heads=nh, device=device)
 
-    def allowed(self, q0, q1, k0, k1, device) -> torch.Tensor:
-        # causal and window masks depend only on key − query: partial tiles repeat along diagonals
+    def partial(self, q0, q1, k0, k1, device) -> tuple[bool, torch.Tensor | None]:
+        """(skip, allowed-or-None) of a tile the mask left PARTIAL: evaluated, and classified when
+        its values can be read (an empty one is skipped after all, a full one needs no mask)."""
+        # shift-invariant masks (causal, windows) depend only on key − query: tiles repeat along diagonals
         key = (k0 - q0, q1 - q0, k1 - k0) if self.shift_invariant else None
         if key is not None and key in self.mask_cache:
             return self.mask_cache[key]
         g = self.grid(self.p.mask.dims, q0, q1, k0, k1, device)
-        out = torch.as_tensor(self.mask_fn(g.b, g.h, g.q, g.kv), device=device)
+        allowed = torch.as_tensor(self.mask_fn(g.b, g.h, g.q, g.kv), device=device)
+        out = (False, allowed)
+        if values_readable(allowed):
+            if not bool(allowed.any()):
+                out = (True, None)
+            elif bool(allowed.all()):
+                out = (False, None)
         if key is not None:
             if len(self.mask_cache) > 64:
                 self.mask_cache.clear()
@@ -164,16 +165,10 @@ def _q_tile(qx: torch.Tensor, plan: _Plan, q0: int, q1: int) -> torch.Tensor:
 
 
 def _tile_mask(tiles: _Tiles, code: int, q0, q1, k0, k1, device):
-    """(skip, allowed-or-None) for one tile; UNKNOWN tiles are evaluated and classified here."""
+    """(skip, allowed-or-None) for one tile: FULL tiles need no mask, PARTIAL ones are evaluated."""
     if code == FULL:
         return False, None
-    allowed = tiles.allowed(q0, q1, k0, k1, device)
-    if code == UNKNOWN:
-        if not bool(allowed.any()):
-            return True, None
-        if bool(allowed.all()):
-            return False, None
-    return False, allowed
+    return tiles.partial(q0, q1, k0, k1, device)
 
 
 def _tile_order(plan: _Plan, diagonal: bool) -> list[tuple[int, int]]:

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import torch
 
-from .tile_plan import LN2, _INF, _Plan, _q_tile, _Tiles, _tile_mask
-from .tiling import EMPTY
+from .plan import LN2, _INF, _Plan, _q_tile, _Tiles, _tile_mask
+from ..tiling import EMPTY
 
 __all__ = ["_weights"]
 

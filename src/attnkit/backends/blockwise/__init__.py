@@ -1,0 +1,179 @@
+r"""The blockwise backend: FlashAttention's algorithm in plain PyTorch, exact, O(n) memory, any device.
+
+FlashAttention — Dao et al. 2022, https://arxiv.org/abs/2205.14135; FlashAttention-2 (loop order,
+deferred normalisation) — Dao 2023, https://arxiv.org/abs/2307.08691; the online softmax —
+Milakov & Gimelshein 2018, https://arxiv.org/abs/1805.02867.
+
+Derivation
+----------
+For one query row with scores :math:`s_j` (score · scale + bias, :math:`-\infty` where masked) the
+output is :math:`o = \sum_j e^{s_j} v_j / \sum_j e^{s_j}`. Split the keys into tiles
+:math:`T_1, T_2, \dots` and keep three running quantities after tile :math:`t`:
+
+* the running max :math:`m_t = \max(m_{t-1}, \max_{j \in T_t} s_j)` (so no exponent is positive),
+* the running sum :math:`\ell_t = e^{m_{t-1} - m_t}\,\ell_{t-1} + \sum_{j \in T_t} e^{s_j - m_t}`,
+* the unnormalised output :math:`a_t = e^{m_{t-1} - m_t}\,a_{t-1} + \sum_{j \in T_t} e^{s_j - m_t} v_j`.
+
+Rescaling by :math:`e^{m_{t-1} - m_t}` moves the previous partial sums to the new reference max, so
+after the last tile :math:`o = a / \ell` and :math:`\mathrm{lse} = m + \log \ell` exactly — only
+(l, Ev) accumulators per query block ever exist, never the (L, S) matrix. Two partial results over
+disjoint key sets merge the same way (log-sum-exp merge):
+:math:`\mathrm{lse} = \log(e^{\mathrm{lse}_1} + e^{\mathrm{lse}_2})`,
+:math:`o = e^{\mathrm{lse}_1 - \mathrm{lse}} o_1 + e^{\mathrm{lse}_2 - \mathrm{lse}} o_2`.
+
+Everything is computed in base 2: scores are multiplied by :math:`\log_2 e` (folded into q for the dot
+score) and ``exp2`` replaces ``exp``, since :math:`e^{x} = 2^{x \log_2 e}`. On this CPU fp32 ``exp`` is
+10–30× slower for inputs below −87 (masked or ALiBi-shifted scores); ``exp2`` has no such slow path
+(../shared/PERF-NOTES.md: ALiBi at 4k, 1,053 → 435 ms). The returned ``lse`` is in natural units.
+
+Fully masked rows: the max is :math:`-\infty`; it is replaced by 0 before exponentiating, so
+:math:`e^{-\infty - 0} = 0`, :math:`\ell = 0`, the output is 0 (divide by 1 where :math:`\ell = 0`) and
+:math:`\mathrm{lse} = -\infty`. Never NaN, in the output or the gradients.
+
+Half precision (bf16/fp16 inputs): q, k, v are copied to float32 first (O(n), twice the inputs),
+so scores, the running max and sum, the output accumulator and the backward's
+:math:`D = \mathrm{rowsum}(dO \circ O)` (from the unrounded float32 output) are all float32, as
+in the reference; only the returned output is rounded. A bf16 score of ~100 is off by up to 0.25
+otherwise (benchmarks/results/half_precision.json). CPU matmuls cannot write float32 from bf16
+operands in torch 2.13 (``out_dtype`` is CUDA-only), so the GEMMs run in float32.
+
+Masked keys and values never leak (:mod:`.leaks`): scores are selected with ``torch.where``
+(NaN scores of masked pairs go too) and key/value rows no query of a tile may see are zeroed
+before the products, in the forward and the backward (``0 · NaN`` is NaN).
+
+Backward via the stored LSE. With :math:`P_{ij} = e^{s_{ij} - \mathrm{lse}_i}` recomputed per tile
+from the saved ``lse`` (no second online pass is needed, the normalisation is known), and
+:math:`dP_{ij} = dO_i \cdot v_j`:
+
+* :math:`dV_j = \sum_i P_{ij}\, dO_i`,
+* :math:`dS_{ij} = P_{ij} (dP_{ij} - D_i)` with :math:`D_i = \sum_j P_{ij} dP_{ij} = dO_i \cdot O_i`
+  (one row-wise dot product on saved tensors),
+* :math:`dq_i = \mathrm{scale} \sum_j dS_{ij} k_j`, :math:`dk_j = \mathrm{scale} \sum_i dS_{ij} q_i`,
+* a gradient flowing into ``lse`` adds :math:`P_{ij}\, d\mathrm{lse}_i` to :math:`dS_{ij}`
+  (:math:`\partial\,\mathrm{lse}_i / \partial s_{ij} = P_{ij}`); this is what makes returned weights
+  differentiable.
+
+For fully masked rows the saved lse is :math:`-\infty`; the backward uses :math:`+\infty` there, so
+:math:`P = 2^{-\infty - \infty} = 0`. Saved tensors are q, k, v, out and lse: O(n) training memory.
+Scores with no dot form (additive), general score modifiers and biases with learned parameters are
+differentiated per tile by autograd on the recomputed tile, with their parameters as inputs of the
+``autograd.Function``.
+
+Dropout (on the normalised weights, as the reference does) draws one keep-mask per tile from a
+generator seeded by ``(seed, tile)``; the seed is drawn from torch's default generator, so
+``torch.manual_seed`` makes it reproducible and the backward regenerates the same masks. With
+dropout :math:`dV_j = \sum_i \tilde P_{ij} dO_i`, :math:`dS_{ij} = P_{ij}(Z_{ij} dP_{ij}/(1-p) - D_i)`,
+where :math:`\tilde P = P Z / (1-p)` and still :math:`D_i = dO_i \cdot O_i`.
+
+This package: the entry point (here), the call's plan and per-tile evaluation (:mod:`.plan`),
+the forward (:mod:`.forward`), the backward (:mod:`.backward`), the autograd function
+(:mod:`.function`, usable under ``torch.func.vmap``/``grad``), leak-proofing (:mod:`.leaks`), the discovery of bias tensors that need gradients (:mod:`.params`), the
+optional dense-weights pass (:mod:`.weights`) and the cost estimate ``auto`` reads (:mod:`.cost`).
+
+Shape legend: B batch, H query heads, Hkv key/value heads (GQA: query head h reads kv head
+h // (H / Hkv)), L queries, S keys, E query/key dim, Ev value dim; l, s: one tile's query and key
+counts.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ...core.call import AttentionCall
+from ...core.output import BackendResult, materialized
+from ..tiling import EMPTY, default_tiles, set_tile_sizes, tile_map
+from .cost import estimate
+from .function import _BlockwiseFunction, _BlockwiseFunctionCtx
+from .leaks import live_key_rows
+from .params import _bias_params
+from .plan import LOG2E, _Plan
+from .weights import _weights
+
+__all__ = ["blockwise_attention", "run", "supports", "estimate", "set_tile_sizes"]
+
+
+_HALF = (torch.float16, torch.bfloat16)
+
+
+@torch._dynamo.assume_constant_result
+def _code_rows(mask, L: int, S: int, bq: int, bk: int) -> tuple[tuple[int, ...], ...]:
+    """The tile codes as Python ints. They describe the mask's structure, never q, k, v; under
+    torch.compile this runs once while tracing and its result is a constant of the graph (reading a
+    traced tensor with .tolist() would break it), like :func:`attnkit.core.options.current`."""
+    return tuple(tuple(row) for row in tile_map(mask, L, S, bq, bk).tolist())
+
+
+def _work_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def blockwise_attention(
+    call: AttentionCall,
+    *,
+    block_q: int | None = None,
+    block_kv: int | None = None,
+    seed: int | None = None,
+) -> BackendResult:
+    """Run blockwise attention on a validated call; tile sizes default per mask/dtype/device
+    (:func:`attnkit.backends.tiling.default_tiles`); ``seed`` fixes dropout (default: drawn from
+    torch's generator)."""
+    q, k, v = call.q, call.k, call.v
+    B, H, L, E = q.shape
+    Hkv, S = k.shape[1], k.shape[2]
+    dbq, dbk = default_tiles(call.mask, L, S, q.dtype, q.device)
+    bq, bk = min(block_q or dbq, L), min(block_kv or dbk, S)
+    for name, val in (("block_q", bq), ("block_kv", bk)):
+        if isinstance(val, bool) or not isinstance(val, int) or val <= 0:
+            raise ValueError(f"{name} must be a positive int, got {val!r}")
+    code_rows = _code_rows(call.mask, L, S, bq, bk)
+    codes = torch.tensor(code_rows, dtype=torch.int8)  # (nq, nk)
+    kept = [[ki for ki, c in enumerate(row) if c != EMPTY] for row in code_rows]
+    work = _work_dtype(q.dtype)
+    kv = v
+    if q.dtype in _HALF:
+        # scores, running max/sum, the output accumulator and the backward's D in float32, as the
+        # reference computes: a bf16 score of ~100 is off by up to 0.25. The float32 copies are
+        # O(n) (2x the inputs); autograd casts their gradients back to the half dtype.
+        q, k, kv = q.float(), k.float(), v.float()
+    qk = call.score.as_dot(q, k)
+    if qk is not None and qk[1] is not k and call.mask is not None:
+        # k is transformed before the tiles see it (cosine): zero dead keys first, or the
+        # transform's backward turns their NaN into NaN gradients (0 · NaN)
+        live = live_key_rows(call.mask, code_rows, B, H, Hkv, L, S, bq, bk, q.device)
+        qk = call.score.as_dot(q, torch.where(live, k, 0.0))
+    bias_general = call.bias is not None and not call.bias.additive
+    qscale = None
+    if qk is None:  # additive score: q and k go in raw, the score module runs per tile
+        qx, kx, score = q, k, call.score
+        params = [p for p in call.score.parameters() if p.requires_grad]
+    else:
+        qx, kx = qk
+        score = None
+        params = []
+        if not bias_general:  # fold scale·log2 e into each query tile instead of every score tile
+            qscale = call.scale * LOG2E
+    params += _bias_params(call.bias)
+    if call.dropout_p > 0 and seed is None:
+        seed = int(torch.randint(0, 2**62, (1,)).item())
+    plan = _Plan(
+        B, H, Hkv, L, S, bq, bk, codes, call.scale, score, call.bias, call.mask,
+        call.dropout_p, seed or 0, work, qscale, kept,
+    )
+    plan.code_rows = code_rows
+    fn = _BlockwiseFunctionCtx if torch.compiler.is_compiling() else _BlockwiseFunction
+    out, lse = fn.apply(plan, qx, kx, kv, *params)
+    out = out.to(v.dtype)
+    weights, mats = None, []
+    if call.return_weights:
+        weights = _weights(plan, qx, kx, lse).to(v.dtype)
+        mats.append(materialized("weights", weights))
+    # a tensor, not int(): reading it would break torch.compile graphs and torch.func.vmap
+    return BackendResult(out, weights, lse, torch.isneginf(lse).sum(), mats)
+
+
+def run(call: AttentionCall) -> BackendResult:
+    return blockwise_attention(call)
+
+
+def supports(call: AttentionCall) -> str | None:
+    return None

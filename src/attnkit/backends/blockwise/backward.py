@@ -1,0 +1,139 @@
+r"""The blockwise backward: recompute each tile's probabilities from the saved lse and accumulate
+dq, dk, dv and the gradients of learned score/bias parameters (derivation in
+:mod:`attnkit.backends.blockwise`).
+
+Shape legend: B batch, H query heads, Hkv key/value heads, L queries, S keys, E query/key dim,
+Ev value dim; l, s: one tile's query and key counts.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .leaks import dead_filter, drop_dead
+from .plan import _INF, LOG2E, _Plan, _q_tile, _Tiles, _tile_mask
+
+__all__ = ["_backward"]
+
+
+def _backward(plan: _Plan, qx, kx, v, out, lse2, dout, dlse, params, need):
+    """Recompute each tile's probabilities from the saved lse and accumulate dq', dk', dv, d(params)."""
+    B, H, L, S, Hkv = plan.B, plan.H, plan.L, plan.S, plan.Hkv
+    Ev = v.shape[-1]
+    w = plan.work
+    tiles = _Tiles(plan)
+    bq, bk = plan.block_q, plan.block_kv
+    # gradients per block, summed functionally (no in-place writes into a preallocated buffer:
+    # under torch.func.vmap a batched tile cannot be added into an unbatched zeros buffer)
+    dq_parts: list[torch.Tensor | None] = [None] * len(plan.kept)  # (B, Hkv, g·l, E) per query block
+    dk_parts: dict[int, torch.Tensor] = {}  # (B, Hkv, s, E) per key block
+    dv_parts: dict[int, torch.Tensor] = {}  # (B, Hkv, s, Ev) per key block
+    dead_cache: dict = {}
+    # None until a tile produces a gradient: a parameter the bias never touches (e.g. the rest of a
+    # module whose bound method is the bias) gets None, as autograd would give it, not zeros
+    dparams: list[torch.Tensor | None] = [None] * len(params)
+    # D_i = dO_i · O_i; a gradient on lse enters as -dlse (dS = P (dP - D + dlse))
+    D = (dout.to(w) * out.to(w)).sum(-1, keepdim=True)  # (B, H, L, 1)
+    if dlse is not None:
+        D = D - dlse.to(w).unsqueeze(-1)
+    lse_b = torch.where(torch.isneginf(lse2), _INF, lse2).unsqueeze(-1)  # P = 0 on fully masked rows
+    for qi, kblocks in enumerate(plan.kept):
+        q0, q1 = qi * bq, min((qi + 1) * bq, L)
+        l = q1 - q0
+        qt = _q_tile(qx, plan, q0, q1)
+        dot = dout[:, :, q0:q1]  # (B, H, l, Ev)
+        dot_g = dot.reshape(B, Hkv, -1, Ev)  # (B, Hkv, g·l, Ev)
+        dot_w = dot_g.to(w)
+        dq_t = None
+        for ki in kblocks:
+            k0, k1 = ki * bk, min((ki + 1) * bk, S)
+            skip, allowed = _tile_mask(tiles, plan.code_rows[qi][ki], q0, q1, k0, k1, v.device) if plan.mask is not None else (False, None)
+            if skip:
+                continue
+            kt, vt = kx[:, :, k0:k1], v[:, :, k0:k1]
+            live = dead_filter(allowed, Hkv, dead_cache) if allowed is not None else None
+            if live is not None:  # as in the forward: dead keys' NaN/inf must not reach dS k, dO vᵀ
+                kt, vt = drop_dead(live, kt, vt)
+            graph = None
+            if plan.general or params:
+                with torch.enable_grad():
+                    leaves = [qt.detach().requires_grad_(need[0]), kt.detach().requires_grad_(need[1])]
+                    pl = [p for p in params]
+                    if plan.general:
+                        s_nat = tiles.scores_nat(leaves[0], leaves[1], q0, q1, k0, k1)
+                    else:  # dot path with a learned additive bias: only the bias needs autograd
+                        s_nat = tiles.bias(q0, q1, k0, k1, v.device).to(w).expand(B, H, l, k1 - k0)
+                    graph = (s_nat, leaves, pl)
+                s2 = s_nat.detach() * LOG2E if plan.general else tiles.scores2(qt, kt, q0, q1, k0, k1)
+            else:
+                s2 = tiles.scores2(qt, kt, q0, q1, k0, k1)
+            if s2.dtype != w:
+                s2 = s2.to(w)  # half tiles come back in their input dtype; recompute P in fp32
+            if allowed is not None:  # a select: NaN scores of masked pairs go too
+                s2 = s2.masked_fill_(~allowed, -_INF)
+            pt = s2.sub_(lse_b[:, :, q0:q1]).exp2_()  # (B, H, l, s) = P
+            keep = tiles.keep(qi, ki, pt.shape, v.device) if plan.dropout_p > 0 else None
+            pd = pt * keep / (1.0 - plan.dropout_p) if keep is not None else pt
+            if need[2]:
+                _add(dv_parts, ki, pd.view(B, Hkv, -1, k1 - k0).transpose(-1, -2) @ dot_w)
+            dp = (dot_g @ vt.transpose(-1, -2)).view(B, H, l, k1 - k0).to(w)  # (B, H, l, s)
+            if keep is not None:
+                dp = dp * keep / (1.0 - plan.dropout_p)
+            ds = pt.mul_(dp.sub_(D[:, :, q0:q1]))  # dL/ds, natural-unit scores (B, H, l, s)
+            if graph is not None:
+                s_nat, leaves, pl = graph
+                wants = [x for x, n in zip(leaves, need[:2]) if n] if plan.general else []
+                grads = torch.autograd.grad(s_nat, wants + pl, ds, allow_unused=True) if s_nat.requires_grad else ()
+                it = iter(grads)
+                if plan.general and grads:
+                    if need[0]:
+                        g0 = next(it)
+                        if g0 is not None:
+                            dq_t = _sum(dq_t, g0.to(w))
+                    if need[1]:
+                        g1 = next(it)
+                        if g1 is not None:
+                            _add(dk_parts, ki, g1.to(w))
+                for i in range(len(pl) if grads else 0):
+                    gp = next(it)
+                    if gp is not None:
+                        dparams[i] = gp if dparams[i] is None else dparams[i] + gp
+                if plan.general:
+                    continue
+            ds_g = ds.view(B, Hkv, -1, k1 - k0)  # (B, Hkv, g·l, s)
+            if need[0]:
+                dq_t = _sum(dq_t, (ds_g.to(kt.dtype) @ kt).to(w))
+            if need[1]:
+                _add(dk_parts, ki, (ds_g.transpose(-1, -2).to(qt.dtype) @ qt).to(w))
+        if dq_t is not None:
+            dq_parts[qi] = dq_t.view(B, H, l, -1)
+    dq = _blocks(dq_parts, qx, 2, bq, w)  # (B, H, L, E)
+    dk = _blocks([dk_parts.get(i) for i in range(-(-S // bk))], kx, 2, bk, w)  # (B, Hkv, S, E)
+    dv = _blocks([dv_parts.get(i) for i in range(-(-S // bk))], v, 2, bk, w)  # (B, Hkv, S, Ev)
+    if not plan.general:
+        # dot path: tiles use qt = q'·scale·log2 e and s = qt k'ᵀ / log2 e, so
+        # dL/dq' = dS k' · scale and dL/dk' = dSᵀ qt / log2 e
+        dq = dq * plan.scale
+        dk = dk * (1.0 / LOG2E)
+    return dq, dk, dv, dparams
+
+
+def _sum(a: torch.Tensor | None, b: torch.Tensor) -> torch.Tensor:
+    return b if a is None else a + b
+
+
+def _add(parts: dict[int, torch.Tensor], i: int, g: torch.Tensor) -> None:
+    parts[i] = _sum(parts.get(i), g)
+
+
+def _blocks(parts: list, like: torch.Tensor, dim: int, block: int, dtype: torch.dtype) -> torch.Tensor:
+    """Concatenate per-block gradients along ``dim``; blocks no tile touched are zeros."""
+    n = like.shape[dim]
+    full = []
+    for i, t in enumerate(parts):
+        if t is None:
+            shape = list(like.shape)
+            shape[dim] = min((i + 1) * block, n) - i * block
+            t = torch.zeros(shape, dtype=dtype, device=like.device)
+        full.append(t)
+    return torch.cat(full, dim) if full else torch.zeros(like.shape, dtype=dtype, device=like.device)

@@ -1,0 +1,85 @@
+r"""The blockwise forward: one online-softmax pass over the kept tiles (derivation in
+:mod:`attnkit.backends.blockwise`).
+
+Shape legend: B batch, H query heads, Hkv key/value heads, L queries, S keys, E query/key dim,
+Ev value dim; l, s: one tile's query and key counts.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ...core import online_softmax
+from .leaks import dead_filter, drop_dead
+from .plan import _INF, LOG2E, _Plan, _q_tile, _Tiles, _tile_mask, _tile_order
+
+__all__ = ["_forward"]
+
+
+def _forward(plan: _Plan, qx, kx, v):
+    """Online-softmax forward. qx (B, H, L, E) is q' (dot form) or q; returns out (B, H, L, Ev)
+    and lse2 (B, H, L) in base 2, both in the work dtype (float32 for half inputs: the caller
+    rounds the output, the backward's D = rowsum(dO·O) uses the unrounded one).
+
+    The running max, sum and output of each query block are kept until its last tile — O(n), the
+    size of the output — so tiles may be visited in any order. For relative-position biases (ALiBi, T5, Shaw) the bias
+    of a tile depends only on its key-minus-query offset, so tiles are visited diagonal by diagonal
+    and each bias tile is evaluated once per diagonal instead of once per tile."""
+    B, H, L, Hkv = plan.B, plan.H, plan.L, plan.Hkv
+    Ev = v.shape[-1]
+    tiles = _Tiles(plan)
+    dev = v.device
+    # per query block: running max (base 2), running sum (B, H, l, 1) and unnormalised output
+    # (B, H, l, Ev), updated functionally (under torch.func.vmap a batched tile cannot be written
+    # into an unbatched preallocated buffer)
+    state: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]] = {}
+    dead_cache: dict = {}
+    bq, bk = plan.block_q, plan.block_kv
+    reuse = tiles.toeplitz
+    bias_key, bias_tile, q_key, qt = None, None, None, None
+    for qi, ki in _tile_order(plan, reuse):
+        q0, q1 = qi * bq, min((qi + 1) * bq, L)
+        k0, k1 = ki * bk, min((ki + 1) * bk, plan.S)
+        l = q1 - q0
+        skip, allowed = _tile_mask(tiles, plan.code_rows[qi][ki], q0, q1, k0, k1, dev) if plan.mask is not None else (False, None)
+        if skip:
+            continue
+        if q_key != qi:
+            qt, q_key = _q_tile(qx, plan, q0, q1), qi
+        kt, vt = kx[:, :, k0:k1], v[:, :, k0:k1]
+        live = dead_filter(allowed, Hkv, dead_cache) if allowed is not None else None
+        if live is not None:  # masked keys may hold NaN/inf: they must not reach p @ v (0 * NaN)
+            kt, vt = drop_dead(live, kt, vt)
+        b2 = None
+        if reuse:
+            if bias_key != k0 - q0:  # a full-size tile: ragged edge tiles use its top-left corner
+                bias_tile = tiles.bias(q0, q0 + bq, k0, k0 + bk, dev).to(plan.work) * LOG2E
+                bias_key = k0 - q0
+            b2 = bias_tile[..., :l, : k1 - k0]
+        s2 = tiles.scores2(qt, kt, q0, q1, k0, k1, bias2=b2)  # (B, H, l, s)
+        if allowed is not None:  # a select, not a product: NaN scores of masked pairs go too
+            s2 = s2.masked_fill_(~allowed, -_INF)
+        if qi in state:
+            m, lsum, acc = state[qi]
+        else:
+            m = torch.full_like(s2[..., :1], -_INF)
+            lsum, acc = torch.zeros_like(m), None
+        # in place: the scores are not needed again
+        m_new, _, pt, alpha = online_softmax.step(m, s2, base2=True, inplace=True)  # pt (B, H, l, s)
+        lsum = lsum.mul_(alpha).add_(pt.sum(-1, keepdim=True))  # in place on this block's own state
+        if plan.dropout_p > 0:
+            pt = pt * tiles.keep(qi, ki, pt.shape, dev) / (1.0 - plan.dropout_p)
+        pv = (pt.to(vt.dtype).view(B, Hkv, -1, k1 - k0) @ vt).view(B, H, l, Ev)  # from (B, Hkv, g·l, Ev)
+        state[qi] = (m_new, lsum, pv if acc is None else acc.mul_(alpha).add_(pv))
+    outs, lses = [], []
+    for qi in range(-(-L // bq)):
+        l = min((qi + 1) * bq, L) - qi * bq
+        if qi not in state:  # every tile of the block skipped: output 0, lse -inf
+            outs.append(torch.zeros((B, H, l, Ev), dtype=plan.work, device=dev))
+            lses.append(torch.full((B, H, l, 1), -_INF, dtype=plan.work, device=dev))
+            continue
+        m, lsum, acc = state.pop(qi)
+        safe, lse2 = online_softmax.finish(m, lsum, base2=True)
+        outs.append(acc / safe)
+        lses.append(lse2)
+    return torch.cat(outs, 2), torch.cat(lses, 2).squeeze(-1)

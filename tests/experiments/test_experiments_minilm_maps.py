@@ -1,0 +1,25 @@
+"""The ``minilm_maps`` experiment's report section: the attention viewer embedded and the focus table.
+
+Run the way the report runs every experiment (through the registry), on its quick configuration;
+the MiniLM weights come from the local Hugging Face cache (skipped where transformers or
+matplotlib are missing).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+
+def test_minilm_maps_section_embeds_the_viewer_and_the_focus_table(tmp_path):
+    pytest.importorskip("transformers")
+    pytest.importorskip("matplotlib")
+    from attnkit.experiments import Results, RunContext, get
+
+    exp = get("minilm_maps")
+    ctx = RunContext(name=exp.name, config=dict(exp.quick), seeds=[0], out=Path(tmp_path), show_progress=False)
+    html = exp.report(Results(exp.run(ctx), Path(tmp_path), {}), Path(tmp_path), "en").html
+    assert '<iframe src="viz/attention.html"' in html
+    assert (tmp_path / "viz" / "attention.html").exists()
+    assert "Where it (position 10) attends" in html and "head 11: animal" in html
