@@ -222,3 +222,22 @@ def test_doctor_says_what_to_install_for_a_missing_piece(monkeypatch):
     lines = []
     assert doctor.run_doctor(lines.append) == 0
     assert "  apt-get install attnkit-test-pkg" in lines and "  pip install attnkit-no-such-dist" in lines
+
+
+@pytest.mark.parametrize("flags, expected", [([], True), (["--existing-only"], False)])
+def test_report_runs_missing_experiments_unless_told_existing_only(flags, expected, tmp_path, monkeypatch):
+    # the flag must reach write_report (it used to be dropped: the report always ran everything)
+    import attnkit.report.build as build
+
+    seen = {}
+
+    class _Run:
+        failed = False
+
+    def fake_write_report(out, *a, **kw):
+        seen.update(kw)
+        return _Run()
+
+    monkeypatch.setattr(build, "write_report", fake_write_report)
+    assert cli.main(["report", "--out", str(tmp_path / "r"), *flags]) == 0
+    assert seen["run_missing"] is expected

@@ -290,3 +290,43 @@ def test_license_changelog_and_gitignore_for_a_newcomer():
         for path in ("viz/attention.html", "report/index.html", "runs/x/results.json", "course_out/a.png"):
             r = subprocess.run(["git", "check-ignore", "-q", path], cwd=ROOT)
             assert r.returncode == 0, f"{path} is not ignored by .gitignore"
+
+
+FORECAST_LABELS = {"naive": "naive", "seasonal_naive": "seasonal naive", "dlinear": "DLinear", "lstm": "LSTM",
+                   "lstm_attention": "LSTM + attention", "transformer": "Transformer", "patch_transformer": "patch Transformer"}
+FORECAST_RUNS = [("etth1-full", "in96_h24"), ("etth1-full", "in96_h96"), ("etth1-in336-full", "in336_h96"),
+                 ("vic_elec-full", "in336_h48")]
+
+
+def forecast_table_lines() -> list[str]:
+    docs = {r: _load(ROOT / "results" / "forecast" / r / "results.json") for r, _ in FORECAST_RUNS}
+    lines = []
+    for name, label in FORECAST_LABELS.items():
+        cells = []
+        for run, setting in FORECAST_RUNS:
+            m = docs[run]["results"]["settings"][setting]["models"].get(name)
+            cells.append(f"{m['mse']['mean']:.3f} ± {m['mse']['std']:.3f}" if m else "—")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def test_forecast_numbers_are_the_committed_runs():
+    _has(*forecast_table_lines())
+    docs = {r: _load(ROOT / "results" / "forecast" / r / "results.json") for r, _ in FORECAST_RUNS}
+    assert all(len(d["seeds"]) >= 3 for d in docs.values())
+    # the sentence "did not help" must stay true of the JSON: attention within the LSTM's spread, DLinear best
+    for run, setting in FORECAST_RUNS:
+        models = docs[run]["results"]["settings"][setting]["models"]
+        best = min(models, key=lambda n: models[n]["mse"]["mean"])
+        assert best == "dlinear", (run, setting, best)
+        if "lstm" in models:
+            a, b = models["lstm_attention"]["mse"], models["lstm"]["mse"]
+            assert abs(a["mean"] - b["mean"]) <= (a["std"] ** 2 + b["std"] ** 2) ** 0.5, (run, setting)
+    _has("Temporal attention did not help here")
+
+
+def test_hf_sweep_numbers_are_the_committed_sweep():
+    c = _load(BENCH / "hf_sweep_causal_lm.json")["summary"]
+    assert c["mismatch"] == 0
+    _has(f"{c['match_1e-5']} of {c['total']} match eager to 1e-5 on a padded batch,",
+         f"{c['refused']} refused, {c['mismatch']} differ")

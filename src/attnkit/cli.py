@@ -38,8 +38,9 @@ def _parser() -> argparse.ArgumentParser:
     r = sub.add_parser("report", help="run every experiment at its quick default and write one HTML report")
     r.add_argument("--out", default="report", help="output folder (default: report/)")
     r.add_argument("--runs", default=None, help="where experiment results are read from (default: runs/, where `attnkit experiment` writes)")
-    r.add_argument("--run-missing", action="store_true",
-                   help="run the quick configuration of every experiment that has no results under --runs (minutes each)")
+    r.add_argument("--existing-only", action="store_true",
+                   help="run no experiment: read results under --runs and show a note for each experiment without them "
+                        "(default: run the quick configuration of every experiment that has none, minutes each)")
     r.add_argument("--lang", choices=("en", "zh"), default="en", help="language of the page's prose: en (default) or zh (Chinese)")
     r.add_argument("--force", action="store_true", help="rerun every section instead of reusing cached ones (cache: DIR/.cache/)")
     r.add_argument("--results", default="results",
@@ -131,7 +132,7 @@ def _run(argv: list[str]) -> int:
         check_out_dir(args.out)
         from .report.build import report_command
 
-        return report_command(args.out, runs=args.runs, run_missing=args.run_missing, lang=args.lang, force=args.force,
+        return report_command(args.out, runs=args.runs, run_missing=not args.existing_only, lang=args.lang, force=args.force,
                               results=args.results)
     if args.cmd == "bench":
         check_out_dir(args.out)

@@ -5,7 +5,9 @@ benchmarks/attention.py."""
 
 from __future__ import annotations
 
+import json
 import pickle
+from pathlib import Path
 
 import pytest
 import torch
@@ -13,7 +15,7 @@ import torch
 import attnkit
 from attnkit import biases as Bi
 from attnkit import masks as M
-from attnkit.core import registry
+from attnkit.core import cost, registry
 from attnkit.core.call import make_call
 from attnkit.core.dispatch import choose
 
@@ -30,6 +32,71 @@ def test_auto_keeps_sdpa_for_plain_and_causal_fp32(n, mask):
     assert b.name == "sdpa"
     assert set(rep.estimates) == {"sdpa", "blockwise", "reference"}
     assert "linear" in rep.rejected and "approximate" in rep.rejected["linear"]
+
+
+RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+
+
+def _rates_run() -> dict:
+    return json.loads((RESULTS / "bf16_rates.json").read_text(encoding="utf-8"))
+
+
+def _clear_winners() -> list[tuple[str, str, str]]:
+    """(dtype, mask, faster backend) wherever the committed rates run has one backend >= 1.3x faster."""
+    run = _rates_run()["half_rates"]
+    return [(*key.split("/"), w["faster"]) for key, w in sorted(run["faster"].items()) if w["by"] >= 1.3]
+
+
+def _same_cpu_kind_or_skip(features: dict):
+    # SDPA's bf16/fp16 speed is the CPU's (AMX tiles, AVX512-FP16); the model reads the same flags
+    here = {name: cost.cpu_has(name) for name in features}
+    if here != features:
+        pytest.skip(f"the committed rates were measured on a CPU with {features}, this one has {here}")
+
+
+@pytest.mark.parametrize("dtype,mask,faster", _clear_winners())
+def test_auto_picks_the_backend_the_committed_rates_run_measured_faster(dtype, mask, faster):
+    # benchmarks/bf16_rates.py --label half_rates: sdpa vs blockwise, interleaved in one process;
+    # no timing here, only the cost model's choice against the committed ranking
+    run = _rates_run()
+    _same_cpu_kind_or_skip(run["meta"]["cpu_features"])
+    n = run["meta"]["shape"]["n"]
+    call = make_call(*_qkv(n, getattr(torch, dtype)), mask=M.causal() if mask == "causal" else None)
+    b, rep = choose(call, "auto")
+    assert b.name == faster, rep.estimates
+
+
+def test_auto_picks_the_faster_backend_of_the_committed_bf16_dense_row():
+    # the must suite's "no mask, n=4k, bf16" row (attention.json), if measured on this CPU's kind
+    doc = json.loads((RESULTS / "attention.json").read_text(encoding="utf-8"))
+    rates = _rates_run()
+    if doc["machine"]["platform"] != rates["meta"]["platform"]:
+        pytest.skip("attention.json and bf16_rates.json come from different machines")
+    _same_cpu_kind_or_skip(rates["meta"]["cpu_features"])
+    row = doc["summary"]["bf16_dense_4k"]
+    faster = "blockwise" if row["speedup"] > 1 else "sdpa"
+    if max(row["speedup"], 1 / row["speedup"]) < 1.3:
+        pytest.skip(f"no clear winner in attention.json (blockwise {row['speedup']:.2f}x sdpa)")
+    b, rep = choose(make_call(*_qkv(4096, torch.bfloat16)), "auto")
+    assert b.name == faster, rep.estimates
+
+
+def test_sdpa_half_rates_follow_the_cpu_features():
+    sdpa = cost.RATES["sdpa_flops"]
+    assert (sdpa[torch.bfloat16] > 2 * sdpa[torch.float32]) == cost.cpu_has("amx")  # AMX: 2.76x measured
+    assert (sdpa[torch.float16] > sdpa[torch.float32] / 2) == cost.cpu_has("fp16")  # else ~3 GFLOP/s
+    with pytest.raises(ValueError, match="probe must be one of"):
+        cost.cpu_has("avx")
+
+
+@pytest.mark.parametrize("n", [1024, 4096, 16384])
+def test_auto_never_takes_the_dense_reference_for_half_precision(n):
+    # with stale fp16 rates (SDPA and blockwise both at ~4 GFLOP/s) auto chose reference, which holds
+    # four (B, H, L, S) fp32 tensors: 8 GiB at n = 16k
+    for dtype in (torch.bfloat16, torch.float16):
+        for mask in (None, M.causal()):
+            b, rep = choose(make_call(*_qkv(n, dtype), mask=mask), "auto")
+            assert b.name in ("sdpa", "blockwise"), (dtype, rep.estimates)
 
 
 @pytest.mark.parametrize("n", [4096, 16384])

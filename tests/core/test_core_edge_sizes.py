@@ -13,8 +13,6 @@ from attnkit import biases, masks
 from attnkit.core.tiles import TileState
 
 BACKENDS = ["reference", "sdpa", "blockwise", "auto"]
-# backend-internal .item() / bool(tensor) on meta tensors: H1's side (see backend-requests.md)
-META_XFAIL = pytest.mark.xfail(strict=False, reason="backend reads tensor values on meta (sdpa empty-row branch, reference/blockwise counts); requested from H1")
 
 CASES = {
     "none": {},
@@ -67,8 +65,6 @@ def test_empty_batch_still_checks_a_forced_backend():
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("case", list(CASES))
 def test_meta_tensors_propagate_shapes(backend, case, request):
-    if backend != "blockwise" and not (backend in ("sdpa", "auto") and case == "none"):  # blockwise: fixed (A1)
-        request.applymarker(META_XFAIL)
     q, k, v = _qkv(2, device="meta")
     res = attnkit.attention(q, k, v, backend=backend, **CASES[case])
     assert res.out.device.type == "meta" and res.out.shape == (2, 4, 6, 3)
@@ -115,12 +111,7 @@ def test_multihead_attention_on_meta_with_padding_masks():
     am = torch.ones(2, 5, dtype=torch.long, device="meta")
     kpm = torch.zeros(2, 5, dtype=torch.bool, device="meta")
     for kw in ({"attention_mask": am}, {"key_padding_mask": kpm}, {"attention_mask": am, "causal": True}):
-        try:
-            out, _ = mha(x, **kw)
-        except RuntimeError as e:  # the backend's own value reads (see META_XFAIL) are H1's
-            if "meta" in str(e) and "item" in str(e):
-                pytest.xfail("backend reads values on meta; requested from H1")
-            raise
+        out, _ = mha(x, **kw)
         assert out.device.type == "meta" and out.shape == (2, 5, 16)
 
 

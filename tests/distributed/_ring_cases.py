@@ -15,6 +15,7 @@ import time
 
 import torch
 
+import attnkit
 from attnkit.distributed import RingCommError, RingTimeoutError, gather_sequence, ring_attention, shard_sequence
 from attnkit.distributed import comm as ring_comm
 
@@ -52,10 +53,12 @@ def make_inputs(seed: int, B: int, H: int, Hkv: int, L: int, E: int, Ev: int) ->
 def _ring_with_grads(inputs: dict, case: dict, dtype: torch.dtype, group=None) -> dict[str, torch.Tensor]:
     """Shard, run the ring forward and backward, gather everything back to full (unpadded) length."""
     layout, L = case["layout"], case["L"]
-    local = {n: shard_sequence(inputs[n].to(dtype), dim=2, group=group, layout=layout) for n in ("q", "k", "v", "dout")}
+    local = {n: shard_sequence(_with_padding(inputs[n].to(dtype), case, group) if n != "dout" else inputs[n].to(dtype),
+                               dim=2, group=group, layout=layout) for n in ("q", "k", "v", "dout")}
     q, k, v = (local[n].detach().requires_grad_() for n in "qkv")
     padded = q.shape[2] * torch.distributed.get_world_size(group) != L
-    out = ring_attention(q, k, v, group=group, causal=case["causal"], layout=layout, seq_len=L if padded else None)
+    mask = attnkit.masks.causal() if case["causal"] else None
+    out = ring_attention(q, k, v, group=group, mask=mask, layout=layout, seq_len=L if padded else None).out
     out.backward(local["dout"])
     result = {}
     for name, t in (("out", out.detach()), ("dq", q.grad), ("dk", k.grad), ("dv", v.grad)):
@@ -63,6 +66,18 @@ def _ring_with_grads(inputs: dict, case: dict, dtype: torch.dtype, group=None) -
         result[name] = full[:, :, :L]
         result[name + "_pad"] = full[:, :, L:]  # must be exactly zero
     return result
+
+
+def _with_padding(x: torch.Tensor, case: dict, group) -> torch.Tensor:
+    """x (B, H, L, D) padded by the caller to the ring's length with ``case["hostile"]`` (NaN, inf,
+    1e38: what a reused buffer may hold), instead of shard_sequence's zeros; unchanged without it."""
+    if case.get("hostile") is None:
+        return x
+    from attnkit.distributed import padded_length
+
+    Lp = padded_length(x.shape[2], case["layout"], torch.distributed.get_world_size(group))
+    fill = x.new_full(x.shape[:2] + (Lp - x.shape[2],) + x.shape[3:], case["hostile"])
+    return torch.cat([x, fill], dim=2)
 
 
 def _max_err(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -135,7 +150,7 @@ def fault_worker(rank: int, world_size: int, victim: int, mode: str, timeout: fl
     q = torch.randn(1, 2, 64, 8)
     start = time.monotonic()
     try:
-        ring_attention(q, q, q, causal=True, layout="zigzag", timeout=timeout)
+        ring_attention(q, q, q, mask=attnkit.masks.causal(), layout="zigzag", timeout=timeout)
     except RingCommError as e:
         elapsed = time.monotonic() - start
         return {"error": type(e).__name__, "is_timeout": isinstance(e, RingTimeoutError), "elapsed": elapsed, "message": str(e)}

@@ -25,20 +25,28 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
 def run(call: AttentionCall) -> BackendResult:
     dt = call.q.dtype
     work = compute_dtype(dt)
-    k, v = call.expanded_kv()
-    q, k, v = call.q.to(work), k.to(work), v.to(work)
+    # cast before repeating heads: the backward of repeat_interleave sums each group's dk, dv, and
+    # that sum must run in float32 for half inputs, not in the input dtype
+    q, k, v = call.q.to(work), call.k.to(work), call.v.to(work)
+    if call.groups > 1:
+        k, v = k.repeat_interleave(call.groups, dim=1), v.repeat_interleave(call.groups, dim=1)
     B, H, L, _ = q.shape
     S = k.shape[2]
-    scores = call.score(q, k) * call.scale  # (B, H, L, S)
-    mats = [materialized("scores", scores)]
-    if call.bias is not None:
-        scores = call.bias.apply(scores, (0, L), (0, S), L, S)
     allowed = None
+    mats = []
     if call.mask is not None:
         allowed = call.mask.materialize(L, S, batch=B, heads=H, device=q.device)
         mats.append(materialized("mask", allowed))
+        # keys no query of this head sees may hold anything (padding, unused cache slots): zero them,
+        # since a weight of 0 times a NaN value is still NaN in weights @ v
+        dead = (~allowed.any(-2)).unsqueeze(-1)  # (B|1, H|1, S, 1)
+        k, v = k.masked_fill(dead, 0.0), v.masked_fill(dead, 0.0)
+    scores = call.score(q, k) * call.scale  # (B, H, L, S)
+    mats.insert(0, materialized("scores", scores))
+    if call.bias is not None:
+        scores = call.bias.apply(scores, (0, L), (0, S), L, S)
     weights, lse = safe_softmax(scores, allowed)  # (B, H, L, S), (B, H, L)
-    fully_masked = int(torch.isneginf(lse).sum())
+    fully_masked = torch.isneginf(lse).sum()  # a tensor: no host read (meta tensors, compiled graphs)
     dropped = F.dropout(weights, call.dropout_p) if call.dropout_p > 0 else weights
     out = dropped @ v  # (B, H, L, Ev)
     return BackendResult(

@@ -42,45 +42,95 @@ def _uses_is_causal(call: AttentionCall) -> bool:
     return isinstance(m, CausalMask) and call.bias is None and (m.align == "top_left" or call.L == call.S)
 
 
+_HALF = (torch.float16, torch.bfloat16)
+# CPU's fused kernel also returns the log-sum-exp that the public function drops; the other exact
+# backends return it, so this one does where the op exists (CPU, no dropout, no GQA broadcast)
+_CPU_FLASH = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)  # (out, lse)
+
+
+def work_dtype(call: AttentionCall) -> torch.dtype:
+    """float32 for half inputs whenever the half kernel would lose accuracy: an added bias (kept in
+    float32: an ALiBi bias rounded to bf16 moves outputs 0.1), a score that transforms q and k, or a
+    backward (CPU's half backward sums dk, dv in half). A plain forward keeps the fast half kernel,
+    whose error equals the reference's own."""
+    dt = call.q.dtype
+    if dt not in _HALF:
+        return dt
+    grad = torch.is_grad_enabled() and any(t.requires_grad for t in (call.q, call.k, call.v))
+    if call.bias is not None or not call.score.identity_dot or grad:
+        return torch.float32
+    return dt
+
+
+def _dead_keys(allowed: torch.Tensor, Hkv: int) -> torch.Tensor:
+    """(B|1, Hkv|1, S, 1) True for keys no query of any head sharing that kv head may see: what a
+    program may leave garbage in (padding, unused cache slots). allowed (B|1, H|1, L, S)."""
+    Bm, Hm, L, S = allowed.shape
+    if Hm > 1:
+        seen = allowed.reshape(Bm, Hkv, Hm // Hkv, L, S).any(2).any(-2)  # (B|1, Hkv, S)
+    else:
+        seen = allowed.any(-2)  # (B|1, 1, S)
+    return (~seen).unsqueeze(-1)
+
+
 def run(call: AttentionCall) -> BackendResult:
-    q, k = call.score.as_dot(call.q, call.k)
-    v = call.v
-    B, H, L, _ = q.shape
-    S = k.shape[2]
+    dt = call.q.dtype
+    work = work_dtype(call)
+    q, k, v = call.q.to(work), call.k.to(work), call.v.to(work)
+    B, H, L, S = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
     mats = []
     attn_mask = None
     empty_rows = None
-    fully_masked = 0
-    if call.mask is not None and not _uses_is_causal(call) or call.bias is not None:
-        allowed = None
-        if call.mask is not None:
-            allowed = call.mask.materialize(L, S, batch=B, heads=H, device=q.device)
-            mats.append(materialized("mask", allowed))
+    allowed = None
+    is_causal = call.mask is not None and _uses_is_causal(call)
+    if is_causal and L < S:
+        # top-left causal: keys L.. are seen by no query; the kernel's tiles may still multiply them by 0
+        dead = torch.arange(S, device=k.device).view(S, 1) >= L
+        k, v = k.masked_fill(dead, 0.0), v.masked_fill(dead, 0.0)
+    elif call.mask is not None and not is_causal:
+        allowed = call.mask.materialize(L, S, batch=B, heads=H, device=q.device)
+        mats.append(materialized("mask", allowed))
+        # what the mask removes must not reach the output or the gradients: 0 * NaN in p @ v is NaN,
+        # and a score's transform of k (cosine's norm) turns a NaN key into NaN gradients, so zero
+        # dead keys and values before anything touches them
+        dead = _dead_keys(allowed, k.shape[1])
+        k, v = k.masked_fill(dead, 0.0), v.masked_fill(dead, 0.0)
+    q, k = call.score.as_dot(q, k)
+    if allowed is not None or call.bias is not None:
         if call.bias is not None:
-            attn_mask = call.bias.materialize(L, S, batch=B, heads=H, device=q.device, dtype=q.dtype)
+            attn_mask = call.bias.materialize(L, S, batch=B, heads=H, device=q.device, dtype=work)
             mats.append(materialized("bias", attn_mask))
             if allowed is not None:
-                attn_mask = attn_mask.masked_fill(~allowed, float("-inf"))
-            empty_rows = ~torch.isfinite(attn_mask).any(-1)  # (B|1, H|1, L)
-            if bool(empty_rows.any()):
-                attn_mask = attn_mask.masked_fill(empty_rows.unsqueeze(-1), 0.0)
+                attn_mask = attn_mask.masked_fill(~allowed, float("-inf"))  # overwrites NaN a bias holds there
+            # a row is empty when nothing is left to see; a NaN entry is not -inf, so NaN rows stay NaN
+            empty_rows = ~(attn_mask != float("-inf")).any(-1)  # (B|1, H|1, L)
+            attn_mask = attn_mask.masked_fill(empty_rows.unsqueeze(-1), 0.0)
         else:
             empty_rows = ~allowed.any(-1)
-            attn_mask = allowed | empty_rows.unsqueeze(-1) if bool(empty_rows.any()) else allowed
-        fully_masked = int(empty_rows.expand(B, H, L).sum())
+            attn_mask = allowed | empty_rows.unsqueeze(-1)
     # enable_gqa (torch >= 2.5) reads kv head h // groups without copying k and v
-    kwargs = {"enable_gqa": True} if call.groups > 1 else {}
-    out = F.scaled_dot_product_attention(
-        q, k, v,
-        attn_mask=attn_mask,
-        dropout_p=call.dropout_p,
-        is_causal=_uses_is_causal(call),
-        scale=call.scale,
-        **kwargs,
-    )
-    if empty_rows is not None and fully_masked:
+    lse = None
+    # the op has no GQA broadcast, no E != Ev and no gradient for a float mask (a learned bias)
+    fused_lse = (_CPU_FLASH is not None and q.device.type == "cpu" and call.groups == 1 and call.dropout_p == 0
+                 and q.shape[-1] == v.shape[-1] and not (attn_mask is not None and attn_mask.requires_grad))
+    if fused_lse:
+        if attn_mask is not None and attn_mask.dtype == torch.bool:
+            attn_mask = torch.zeros((), dtype=work, device=q.device).masked_fill(~attn_mask, float("-inf"))
+        if attn_mask is not None:
+            attn_mask = attn_mask.expand(attn_mask.shape[0], attn_mask.shape[1], L, S)
+        out, lse = _CPU_FLASH(q, k, v, 0.0, is_causal, attn_mask=attn_mask, scale=call.scale)
+    else:
+        kwargs = {"enable_gqa": True} if call.groups > 1 else {}
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=attn_mask, dropout_p=call.dropout_p, is_causal=is_causal, scale=call.scale, **kwargs,
+        )
+    fully_masked = None
+    if empty_rows is not None:  # branch-free: a count tensor, never read on the host here
         out = out.masked_fill(empty_rows.unsqueeze(-1), 0.0)
-    return BackendResult(out, None, None, fully_masked, mats)
+        fully_masked = empty_rows.expand(B, H, L).sum()
+        if lse is not None:
+            lse = lse.masked_fill(empty_rows, float("-inf"))
+    return BackendResult(out.to(dt), None, lse, fully_masked if fully_masked is not None else 0, mats)
 
 
 def estimate(call: AttentionCall) -> cost.Estimate:
@@ -88,10 +138,10 @@ def estimate(call: AttentionCall) -> cost.Estimate:
     computed unless ``is_causal`` is exact, whose kernel skips whole 512-key tiles; any other mask
     or bias is built densely, folded together and scanned for empty rows."""
     B, H, _, L, S, E, Ev = cost.dims(call)
-    dt = call.q.dtype
+    dt = work_dtype(call)  # half inputs with a bias, a transformed score or a backward run in float32
     pairs = B * H * L * S
     elem = cost.RATES["elem_per_s"]
-    es = call.q.element_size()
+    es = dt.itemsize  # the bias and the kernel run in the work dtype
     nbytes = 0.0
     time_s = cost.RATES["call_overhead_s"]["sdpa"]
     mask, bias = call.mask, call.bias
@@ -102,11 +152,11 @@ def estimate(call: AttentionCall) -> cost.Estimate:
         time_s += 2 * pairs * (E + Ev) / cost.rate("sdpa_flops", dt)
         n_mask = cost.extent(mask, B, H, L, S) if mask is not None else 0
         if mask is not None:
-            time_s += n_mask * (cost.MASK_OPS + 2) / elem  # evaluate the predicate, find empty rows
+            time_s += n_mask * (cost.MASK_OPS + 4) / elem  # evaluate the predicate, find dead keys and empty rows, unmask them
             nbytes += n_mask  # one bool per element
         if bias is not None:
             n = max(cost.extent(bias, B, H, L, S), n_mask)
-            time_s += n * (cost.bias_ops(bias) + 3) / elem  # build, fold mask in, scan for empty rows
+            time_s += n * (cost.bias_ops(bias) + 4) / elem  # build, fold mask in, scan for empty rows, unmask them
             nbytes += 2 * n * es  # the bias and its masked copy
         if mask is not None or bias is not None:
             time_s += pairs * 1.0 / elem  # the kernel reads the dense mask for every score

@@ -25,7 +25,7 @@ from typing import Callable, Iterable, Sequence
 import torch
 from torch import nn
 
-from .checks import require_choice, require_positive_int
+from .checks import require_choice, require_dense_rank, require_positive_int
 from .indices import alignment_offset, index_grid
 from .masks import ALIGNS
 
@@ -46,6 +46,11 @@ class ScoreModifier(nn.Module):
     num_heads: int | None = None
     relative: bool = False
     cost_per_element: float = 8.0  # unknown code (custom biases, score_mods): a guess of a few ops
+
+    def leaves(self) -> tuple["ScoreModifier", ...]:
+        """The modifiers this one is made of (itself, unless it combines several): what backends walk
+        to find a modifier's own tensors without knowing which class combines them."""
+        return (self,)
 
     def bias_fn(self, L: int, S: int) -> BiasFn:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -291,8 +296,7 @@ class TensorBias(ScoreModifier):
         super().__init__()
         if not isinstance(t, torch.Tensor) or not t.is_floating_point():
             raise TypeError(f"bias tensor must be floating point, got {getattr(t, 'dtype', type(t).__name__)}; boolean masks go to mask=")
-        if not 2 <= t.dim() <= 4:
-            raise ValueError(f"bias tensor must have 2 to 4 dims broadcastable to (B, H, L, S), got shape {tuple(t.shape)}")
+        require_dense_rank("bias", t)  # 2-D or 4-D: a 3-D tensor reads as (B, L, S) or (H, L, S)
         self.t = t.reshape((1,) * (4 - t.dim()) + tuple(t.shape))
         self.dims = frozenset(d for d, n in zip("bh", self.t.shape[:2]) if n > 1)
 
@@ -331,6 +335,9 @@ class SumOfModifiers(ScoreModifier):
     @property
     def cost_per_element(self) -> float:
         return float(sum(p.cost_per_element for p in self.parts))
+
+    def leaves(self):
+        return tuple(leaf for p in self.parts for leaf in p.leaves())
 
     def bias_fn(self, L, S):
         fns = [p.bias_fn(L, S) for p in self.parts]

@@ -29,12 +29,34 @@ if TYPE_CHECKING:
     from .call import AttentionCall
     from .registry import Backend
 
+
+def cpu_has(probe: str) -> bool:
+    """Whether this CPU has the half-precision kernel ``probe`` names: ``"amx"`` (AMX tiles, SDPA's
+    fast bf16) or ``"fp16"`` (oneDNN fp16). :data:`RATES` reads both once, at import."""
+    probes = {"amx": lambda: torch.cpu._is_amx_tile_supported(),
+              "fp16": lambda: torch.ops.mkldnn._is_mkldnn_fp16_supported()}
+    if probe not in probes:
+        raise ValueError(f"probe must be one of {sorted(probes)}, got {probe!r}")
+    try:
+        return bool(probes[probe]())
+    except (AttributeError, RuntimeError):  # an older torch or a build without oneDNN: no fast path
+        return False
+
+
+# SDPA's half-precision speed is the CPU's: with AMX tiles its bf16 kernel runs 2.76x its float32
+# rate, with AVX512-FP16 its fp16 kernel 0.95x (benchmarks/results/bf16_rates.json "half_rates",
+# n = 4096, 1 thread); without them, the rates measured before on a CPU that lacked both are kept
+# (bf16 140 GFLOP/s; fp16 had no native kernel, ~3 GFLOP/s: ../shared/PERF-NOTES.md)
+_SDPA_BF16 = 2.76 * 115e9 if cpu_has("amx") else 140e9
+_SDPA_FP16 = 0.95 * 115e9 if cpu_has("fp16") else 4e9
+
 # rates measured on the 2-core CPU (torch 2.13 cpu); other devices reuse them as relative weights
 RATES = {
     # attention flops per second (GEMM + softmax together), by backend and dtype
-    "sdpa_flops": {torch.float32: 115e9, torch.bfloat16: 140e9, torch.float16: 4e9, torch.float64: 40e9},
-    # blockwise bf16: float32 GEMMs since the half-precision fix, 1.05x its float32 rate (benchmarks/results/bf16_rates.json)
-    "blockwise_flops": {torch.float32: 85e9, torch.bfloat16: 89e9, torch.float16: 4e9, torch.float64: 35e9},
+    "sdpa_flops": {torch.float32: 115e9, torch.bfloat16: _SDPA_BF16, torch.float16: _SDPA_FP16, torch.float64: 40e9},
+    # blockwise upcasts bf16/fp16 to float32 scores and GEMMs (the half-precision fix), so on any CPU its
+    # half rates are ~its float32 rate: bf16 1.02x, fp16 1.04x (benchmarks/results/bf16_rates.json "half_rates")
+    "blockwise_flops": {torch.float32: 85e9, torch.bfloat16: 1.02 * 85e9, torch.float16: 1.04 * 85e9, torch.float64: 35e9},
     "reference_flops": {torch.float32: 110e9, torch.bfloat16: 110e9, torch.float16: 110e9, torch.float64: 40e9},
     "elem_per_s": 1.2e9,  # one element-wise op over one fp32 element
     "tile_overhead_s": 40e-6,  # Python and dispatch cost of one blockwise tile

@@ -9,7 +9,8 @@ tiled summaries skip tiles without building the (L, S) matrix. A mask kind owns 
 kind overrides ``tile_states`` (and the properties ``positional``, ``band_width``,
 ``shift_invariant``, ``cache_key`` where they apply) and every backend, cache and summary uses it.
 
-This module holds the base class, the combinators and :func:`as_mask`. The named masks live in
+This module holds the base class and :func:`as_mask`; the combinators live in
+:mod:`attnkit.core.mask_algebra`. The named masks live in
 :mod:`attnkit.core.mask_kinds` (causal, sliding window, document, prefix-LM, custom predicate,
 dense tensor) and :mod:`attnkit.core.mask_convert` (key padding, and the conversions from other
 libraries' polarity: ``from_attention_mask`` for Hugging Face 0/1 with 1 = keep,
@@ -27,7 +28,7 @@ import torch
 
 from .checks import require_positive_int
 from .indices import index_grid
-from .tiles import PARTIAL, TileGrid, TileState, and_states, not_states, or_states
+from .tiles import PARTIAL, TileGrid, TileState
 
 Predicate = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 ALIGNS = ("top_left", "bottom_right")
@@ -189,111 +190,6 @@ def _as_mask(m: object, name: str) -> Mask:
     raise TypeError(f"{name} must be an attnkit Mask, a bool tensor or a predicate (b, h, q_idx, kv_idx) -> bool, got {type(m).__name__}")
 
 
-# combinators ------------------------------------------------------------------------------------
-class _Combined(Mask):
-    def __init__(self, *parts: Mask):
-        self.parts = parts
-        self.dims = frozenset().union(*(p.dims for p in parts))
-
-    @property
-    def batch_size(self) -> int | None:
-        sizes = {p.batch_size for p in self.parts} - {None}
-        if len(sizes) > 1:
-            raise ValueError(f"combined masks were built for different batch sizes {sorted(sizes)}; build them for the same batch")
-        return sizes.pop() if sizes else None
-
-    @property
-    def num_heads(self) -> int | None:
-        return max((p.num_heads for p in self.parts if p.num_heads is not None), default=None)
-
-    def _part_states(self, grid: TileGrid) -> torch.Tensor:
-        return torch.stack([p.tile_states(grid).expand(grid.shape) for p in self.parts])  # (P, nq, nk)
-
-    @property
-    def positional(self) -> bool:
-        return all(p.positional for p in self.parts)
-
-    @property
-    def shift_invariant(self) -> bool:
-        return all(p.shift_invariant for p in self.parts)
-
-    @property
-    def cache_key(self) -> tuple | None:
-        keys = [p.cache_key for p in self.parts]
-        return None if None in keys else (type(self).__name__, *keys)
-
-    def __repr__(self) -> str:
-        sep = {"AndMask": " & ", "OrMask": " | "}[type(self).__name__]
-        return "(" + sep.join(repr(p) for p in self.parts) + ")"
-
-
-class AndMask(_Combined):
-    def predicate(self, L, S):
-        fns = [p.predicate(L, S) for p in self.parts]
-        return lambda b, h, q, kv: _reduce(fns, b, h, q, kv, torch.logical_and)
-
-    def tile_states(self, grid):
-        return and_states(self._part_states(grid))
-
-    @property
-    def band_width(self):
-        widths = [w for w in (p.band_width for p in self.parts) if w is not None]
-        return min(widths) if widths else None
-
-
-class OrMask(_Combined):
-    def predicate(self, L, S):
-        fns = [p.predicate(L, S) for p in self.parts]
-        return lambda b, h, q, kv: _reduce(fns, b, h, q, kv, torch.logical_or)
-
-    def tile_states(self, grid):
-        return or_states(self._part_states(grid))
-
-
-def _reduce(fns: list[Predicate], b, h, q, kv, op) -> torch.Tensor:
-    out = torch.as_tensor(fns[0](b, h, q, kv))
-    for fn in fns[1:]:
-        out = op(out, fn(b, h, q, kv))
-    return out
-
-
-class NotMask(Mask):
-    def __init__(self, inner: Mask):
-        self.inner = inner
-        self.dims = inner.dims
-
-    @property
-    def batch_size(self):
-        return self.inner.batch_size
-
-    @property
-    def num_heads(self):
-        return self.inner.num_heads
-
-    def predicate(self, L, S):
-        fn = self.inner.predicate(L, S)
-        return lambda b, h, q, kv: torch.logical_not(fn(b, h, q, kv))
-
-    def tile_states(self, grid):
-        return not_states(self.inner.tile_states(grid).expand(grid.shape))
-
-    @property
-    def positional(self):
-        return self.inner.positional
-
-    @property
-    def shift_invariant(self):
-        return self.inner.shift_invariant
-
-    @property
-    def cache_key(self):
-        k = self.inner.cache_key
-        return None if k is None else ("NotMask", k)
-
-    def __repr__(self):
-        return f"~{self.inner!r}"
-
-
 def as_mask(m: object) -> Mask | None:
     """Normalise what users pass as ``mask=``: None, a Mask, a bool tensor or a predicate."""
     return None if m is None else _as_mask(m, "mask")
@@ -317,6 +213,7 @@ from .mask_kinds import (  # noqa: E402
     prefix_lm,
     sliding_window,
 )
+from .mask_algebra import AndMask, NotMask, OrMask  # noqa: E402
 from .mask_chunked import ChunkedMask, chunked  # noqa: E402,F401  (Llama-4 chunked attention)
 from .mask_convert import (  # noqa: E402
     KeyPaddingMask,
@@ -326,7 +223,7 @@ from .mask_convert import (  # noqa: E402
 )
 
 __all__ = [
-    # base, combinators, normalisation (this module)
+    # base, normalisation (this module); combinators (mask_algebra)
     "ALIGNS",
     "Predicate",
     "Mask",

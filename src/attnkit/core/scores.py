@@ -39,6 +39,10 @@ class Score(nn.Module):
         runs its module per tile, assumed to be a few passes over a (l, s, head_dim) tensor."""
         return 0.0 if self.dot_form else 1.0 + 3.0 * head_dim
 
+    #: ``as_dot`` returns q and k unchanged (plain q·kᵀ): a half-precision kernel may take them as they
+    #: are; any other transform (normalising, a weight matrix) is rounded in half unless computed in float32
+    identity_dot: bool = False
+
     def as_dot(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
         """(q', k') with ``score(q, k) == q' k'ᵀ``, or None when no such form exists."""
         return None
@@ -55,6 +59,7 @@ class Score(nn.Module):
 
 class DotScore(Score):
     name = "dot"
+    identity_dot = True
 
     def as_dot(self, q, k):
         return q, k

@@ -5,7 +5,7 @@ sequence; key/value shards travel around the ring of ranks while every rank atte
 each block and merges the partial results by log-sum-exp. Runs on gloo (CPU) and NCCL (GPU)
 unchanged; see docs/distributed.md.
 
-    out_local = ring_attention(q_local, k_local, v_local, causal=True, layout="zigzag")
+    out_local = ring_attention(q_local, k_local, v_local, mask=attnkit.masks.causal(), layout="zigzag").out
 """
 
 from .comm import RingCommError, RingTimeoutError

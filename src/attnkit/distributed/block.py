@@ -93,31 +93,40 @@ def block_mask(q_pos: torch.Tensor, k_pos: torch.Tensor, *, causal: bool, seq_le
     return allowed
 
 
-def _scores(q_scaled: torch.Tensor, k: torch.Tensor, allowed: torch.Tensor | None) -> torch.Tensor:
+def _scores(q_scaled: torch.Tensor, k: torch.Tensor, allowed: torch.Tensor | None, bias: torch.Tensor | None = None) -> torch.Tensor:
     # q_scaled = scale * q (B, Hkv, G, Lq, E), k (B, Hkv, Lk, E) -> (B, Hkv, G, Lq, Lk).
     # Scaling q (Lq x E) instead of the scores (Lq x Lk) saves one score-sized temporary; the
     # score tensor is fresh, so the mask is applied in place. Memory per block: the score matrix.
     s = torch.matmul(q_scaled, k.unsqueeze(2).transpose(-1, -2))
+    if bias is not None:  # an additive position bias (B|1, Hkv|1, G|1, Lq, Lk), natural units
+        s.add_(bias.to(s.dtype))
     if allowed is not None:
         s.masked_fill_(~allowed, _NEG_INF)
     return s
 
 
 def block_forward(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float, allowed: torch.Tensor | None = None
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float, allowed: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Partial attention of a query block over one key/value block, in chunks of query rows
     (:func:`row_chunks`); shapes and results as :func:`_block_forward_dense`."""
     chunks = row_chunks(q, k.shape[-2])
     if len(chunks) == 1:
-        return _block_forward_dense(q, k, v, scale=scale, allowed=allowed)
-    parts = [_block_forward_dense(q[..., a:b, :], k, v, scale=scale, allowed=None if allowed is None else allowed[a:b])
+        return _block_forward_dense(q, k, v, scale=scale, allowed=allowed, bias=bias)
+    parts = [_block_forward_dense(q[..., a:b, :], k, v, scale=scale, allowed=_rows(allowed, a, b), bias=_rows(bias, a, b))
              for a, b in chunks]
     return torch.cat([o for o, _ in parts], dim=-2), torch.cat([l for _, l in parts], dim=-1)
 
 
+def _rows(t: torch.Tensor | None, a: int, b: int) -> torch.Tensor | None:
+    """Query rows a:b of a (.., Lq, Lk) mask or bias."""
+    return None if t is None else t[..., a:b, :]
+
+
 def _block_forward_dense(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float, allowed: torch.Tensor | None = None
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float, allowed: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Partial attention of a query block over one key/value block.
 
@@ -127,7 +136,7 @@ def _block_forward_dense(
     """
     acc = accum_dtype(q.dtype)
     q, k, v = q.to(acc), k.to(acc), v.to(acc)
-    s = _scores(q * scale, k, allowed)
+    s = _scores(q * scale, k, allowed, bias)
     # one online-softmax step from an empty row; p: unnormalised probabilities, in place of the scores
     m0 = torch.full(s.shape[:-1] + (1,), _NEG_INF, dtype=s.dtype, device=s.device)
     m, _, p, _ = online_softmax.step(m0, s, inplace=True)  # m (B, Hkv, G, Lq, 1)
@@ -156,17 +165,18 @@ def block_backward(
     *,
     scale: float,
     allowed: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Gradients of one block pair in chunks of query rows (:func:`row_chunks`): dq per chunk,
     dk and dv summed over chunks. Shapes and results as :func:`_block_backward_dense`."""
     chunks = row_chunks(q, k.shape[-2])
     if len(chunks) == 1:
-        return _block_backward_dense(q, k, v, d_out, lse, delta, scale=scale, allowed=allowed)
+        return _block_backward_dense(q, k, v, d_out, lse, delta, scale=scale, allowed=allowed, bias=bias)
     dqs, dk, dv = [], None, None
     for a, b in chunks:
         dq_c, dk_c, dv_c = _block_backward_dense(
             q[..., a:b, :], k, v, d_out[..., a:b, :], lse[..., a:b], delta[..., a:b],
-            scale=scale, allowed=None if allowed is None else allowed[a:b],
+            scale=scale, allowed=_rows(allowed, a, b), bias=_rows(bias, a, b),
         )
         dqs.append(dq_c)
         dk, dv = (dk_c, dv_c) if dk is None else (dk.add_(dk_c), dv.add_(dv_c))
@@ -183,6 +193,7 @@ def _block_backward_dense(
     *,
     scale: float,
     allowed: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Gradient contributions of one (query block, key/value block) pair.
 
@@ -194,7 +205,7 @@ def _block_backward_dense(
     acc = accum_dtype(q.dtype)
     q, k, v, d_out = q.to(acc), k.to(acc), v.to(acc), d_out.to(acc)
     q_scaled = q * scale
-    p = _scores(q_scaled, k, allowed).sub_(online_softmax.guard(lse).unsqueeze(-1)).exp_()  # (B, Hkv, G, Lq, Lk); 0 where masked
+    p = _scores(q_scaled, k, allowed, bias).sub_(online_softmax.guard(lse).unsqueeze(-1)).exp_()  # (B, Hkv, G, Lq, Lk); 0 where masked
     dv = torch.matmul(p.transpose(-1, -2), d_out).sum(dim=2)  # (B, Hkv, Lk, Ev)
     dp = torch.matmul(d_out, v.unsqueeze(2).transpose(-1, -2))  # (B, Hkv, G, Lq, Lk)
     ds = dp.sub_(delta.unsqueeze(-1)).mul_(p)  # P ∘ (dP - D), in place of dP

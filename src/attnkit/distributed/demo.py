@@ -23,6 +23,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from attnkit.distributed import gather_sequence, ring_attention, shard_sequence
+from attnkit.masks import causal
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -56,7 +57,8 @@ def main(argv: list[str] | None = None) -> None:
     # Shard (pads at the end when L does not divide), attend, backward.
     q_l, k_l, v_l = (shard_sequence(t, dim=2, layout=args.layout).requires_grad_() for t in (q, k, v))
     t0 = time.perf_counter()
-    out_l = ring_attention(q_l, k_l, v_l, causal=args.causal, layout=args.layout, seq_len=L, timeout=args.timeout)
+    mask = causal() if args.causal else None
+    out_l = ring_attention(q_l, k_l, v_l, mask=mask, layout=args.layout, seq_len=L, timeout=args.timeout).out
     out_l.sum().backward()
     seconds = time.perf_counter() - t0
 

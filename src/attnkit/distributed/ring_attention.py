@@ -26,9 +26,12 @@ lse_b (``block.py``), folded into the running result:
 which after W steps is ``out = sum_b exp(lse_b - lse) O_b`` with ``lse = log sum_b exp(lse_b)``:
 the exact softmax over the whole row (derivation in ``block.py``).
 
-Causal masking with zigzag layout: a shard is one or two chunks (``layout.py``); every
-(query chunk, key chunk) pair is fully visible (no mask), masked (causal diagonal, or padding) or
-invisible (skipped, no FLOPs). With ``layout="zigzag"`` every rank does the same work per step.
+Masks and biases: a shard is one or two chunks (``layout.py``); every (query chunk, key chunk)
+pair is one tile of the global (L, L) grid, and the mask's own ``tile_states`` says whether it is
+fully visible (no mask), partly masked (the mask is evaluated at global positions) or invisible
+(skipped on every rank: no FLOPs). Causal, sliding-window, chunked, document and prefix-LM masks,
+dense (L, L) masks, predicates, and additive position biases (ALiBi, T5, Shaw) are served this way
+(``ring_masks.py``). With a causal mask and ``layout="zigzag"`` every rank does the same work per step.
 
 Backward
 --------
@@ -57,17 +60,22 @@ connection closes first) instead of hanging.
 
 from __future__ import annotations
 
-import math
+import warnings
 from dataclasses import dataclass
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 
-from .block import accum_dtype, block_backward, block_forward, block_mask, group_queries, merge_partials
+from ..core import masks as M
+from ..core.biases import ScoreModifier
+from ..core.output import AttentionOutput, Report
+from ..core.scores import as_score
+from .block import accum_dtype, block_backward, block_forward, group_queries, merge_partials
 from .checks import check_agreement, check_local
 from .comm import RingComm, check_timeout, resolve_group
-from .layout import LAYOUTS, PairKind, pair_kind, rank_chunks
+from .layout import LAYOUTS, chunks_per_rank, rank_chunks
+from .ring_masks import FULL_PAIR, SKIP_PAIR, block_allowed, block_bias, chunk_codes, resolve_bias, resolve_mask
 
 
 @dataclass(frozen=True)
@@ -75,11 +83,17 @@ class _RingConfig:
     group: dist.ProcessGroup
     rank: int
     world_size: int
-    causal: bool
     scale: float
     layout: str
     seq_len: int
     timeout: timedelta | None
+    dtype: torch.dtype = torch.float32
+    mask: M.Mask | None = None
+    bias: ScoreModifier | None = None
+    codes: tuple = ()  # codes[cq][ck]: SKIP / FULL / MASKED pair of global chunks (ring_masks.chunk_codes)
+    B: int = 1
+    H: int = 1
+    Hkv: int = 1
 
 
 @dataclass(frozen=True)
@@ -88,7 +102,13 @@ class _Block:
 
     q: slice
     k: slice
-    allowed: torch.Tensor | None  # (Lq, Lk) or None when every pair is visible
+    allowed: torch.Tensor | None  # (B|1, Hkv|1, G|1, Lq, Lk) or None when every pair is visible
+    bias: torch.Tensor | None = None  # additive, same layout, or None
+
+
+def _chunk_positions(chunks, chunk_len: int, device: torch.device) -> torch.Tensor:
+    """Global positions of the rows of these chunks, in order (a rank's shard: its rank_chunks)."""
+    return torch.cat([torch.arange(c * chunk_len, (c + 1) * chunk_len, device=device) for c in chunks])
 
 
 def _plan(cfg: _RingConfig, src: int, local_len: int, device: torch.device) -> list[_Block]:
@@ -98,23 +118,23 @@ def _plan(cfg: _RingConfig, src: int, local_len: int, device: torch.device) -> l
     chunk_len = local_len // len(q_chunks)
 
     def positions(chunks: list[int]) -> torch.Tensor:
-        return torch.cat([torch.arange(c * chunk_len, (c + 1) * chunk_len, device=device) for c in chunks])
+        return _chunk_positions(chunks, chunk_len, device)
 
     blocks = []
     for qi, cq in enumerate(q_chunks):
-        kinds = [pair_kind(cq, ck, chunk_len, causal=cfg.causal, seq_len=cfg.seq_len) for ck in k_chunks]
-        visible = [kj for kj, kind in enumerate(kinds) if kind is not PairKind.SKIP]
+        kinds = [cfg.codes[cq][ck] for ck in k_chunks]
+        visible = [kj for kj, kind in enumerate(kinds) if kind != SKIP_PAIR]
         if not visible:
             continue
         # The visible key chunks are adjacent in the local shard (at most 2 of them), so one
-        # matmul covers them; a position mask is built only when some pair needs one.
+        # matmul covers them; the mask is evaluated only when some pair is not fully visible.
         lo, hi = min(visible), max(visible) + 1
+        q_pos, k_pos = positions([cq]), positions(list(k_chunks[lo:hi]))
         allowed = None
-        if any(kinds[kj] is PairKind.MASKED for kj in visible):
-            allowed = block_mask(
-                positions([cq]), positions(list(k_chunks[lo:hi])), causal=cfg.causal, seq_len=cfg.seq_len
-            )
-        blocks.append(_Block(slice(qi * chunk_len, (qi + 1) * chunk_len), slice(lo * chunk_len, hi * chunk_len), allowed))
+        if any(kinds[kj] != FULL_PAIR for kj in range(lo, hi)):
+            allowed = block_allowed(cfg.mask, q_pos, k_pos, cfg.seq_len, cfg.B, cfg.H, cfg.Hkv)
+        bias = block_bias(cfg.bias, q_pos, k_pos, cfg.seq_len, cfg.B, cfg.H, cfg.Hkv, accum_dtype(cfg.dtype))
+        blocks.append(_Block(slice(qi * chunk_len, (qi + 1) * chunk_len), slice(lo * chunk_len, hi * chunk_len), allowed, bias))
     return blocks
 
 
@@ -134,7 +154,8 @@ def _ring_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cfg: _RingC
         k_cur, v_cur = kv
         for blk in _plan(cfg, src, Lr, q.device):
             o_b, lse_b = block_forward(
-                qg[..., blk.q, :], k_cur[..., blk.k, :], v_cur[..., blk.k, :], scale=cfg.scale, allowed=blk.allowed
+                qg[..., blk.q, :], k_cur[..., blk.k, :], v_cur[..., blk.k, :], scale=cfg.scale, allowed=blk.allowed,
+                bias=blk.bias,
             )
             out[..., blk.q, :], lse[..., blk.q] = merge_partials(out[..., blk.q, :], lse[..., blk.q], o_b, lse_b)
         if pending is not None:
@@ -172,6 +193,7 @@ def _ring_backward(
                 delta[..., blk.q],
                 scale=cfg.scale,
                 allowed=blk.allowed,
+                bias=blk.bias,
             )
             dq[..., blk.q, :] += dq_b
             dk_blk[..., blk.k, :] += dk_b
@@ -212,50 +234,102 @@ def ring_attention(
     k: torch.Tensor,
     v: torch.Tensor,
     *,
-    group: dist.ProcessGroup | None = None,
-    causal: bool = False,
+    mask=None,
+    bias=None,
+    score=None,
+    dropout_p: float = 0.0,
+    return_weights: bool = False,
     scale: float | None = None,
+    group: dist.ProcessGroup | None = None,
     layout: str = "contiguous",
     seq_len: int | None = None,
     timeout: float | timedelta | None = None,
-) -> torch.Tensor:
-    """Exact softmax attention over a sequence sharded along its length across ``group``'s ranks.
+    causal: bool | None = None,
+) -> AttentionOutput:
+    """Exact softmax attention over a sequence sharded along its length across ``group``'s ranks,
+    with :func:`attnkit.attention`'s vocabulary.
 
     Args:
         q: (B, H, Lr, E) this rank's query shard.  k: (B, Hkv, Lr, E).  v: (B, Hkv, Lr, Ev).
             H must be a multiple of Hkv (GQA); Lr must be equal on every rank.
+        mask: over *global* positions of the whole (unpadded) sequence of L tokens, as for
+            ``attention`` on the gathered sequence: ``masks.causal()``, ``sliding_window``,
+            ``chunked``, ``document(ids of all L tokens)``, ``prefix_lm``, a bool (L, L) tensor or a
+            predicate. Pairs of chunks the mask empties are skipped on every rank.
+        bias: an additive bias over global positions (ALiBi, T5, Shaw, ``custom_bias``, an (L, L)
+            tensor); its parameters get no gradient here (freeze them).
+        score: a score with a dot-product form (default scaled dot); applied per token before the ring.
+        dropout_p, return_weights: must be 0 / False (the ring never forms the weights).
+        scale: score scale, default the score's (1/sqrt(E) for scaled dot).
         group: the process group to ring over (default: the default group).
-        causal: causal mask over *global* positions (query i sees keys j <= i).
-        scale: score scale, default 1/sqrt(E).
         layout: how the shards were cut, ``"contiguous"`` or ``"zigzag"`` (balanced for causal);
             must match ``shard_sequence``'s.
         seq_len: the true total length L when the sequence was padded to W * Lr (positions >= L are
             masked; padded query rows output 0). None means no padding.
         timeout: seconds (or timedelta) each communication may wait before ``RingTimeoutError``;
             None uses the process group's timeout.
+        causal: deprecated spelling of ``mask=masks.causal()``.
 
     Returns:
-        out (B, H, Lr, Ev), this rank's output shard in the same layout; differentiable in q, k, v.
+        :class:`~attnkit.core.output.AttentionOutput` whose ``out`` (B, H, Lr, Ev) is this rank's
+        output shard in the same layout, differentiable in q, k, v; no weights or lse.
     """
-    check_local(q, k, v, causal, scale, layout, seq_len)
+    if causal is not None:
+        warnings.warn("ring_attention(causal=...) is deprecated; pass mask=attnkit.masks.causal()", DeprecationWarning, stacklevel=2)
+    check_local(q, k, v, False if causal is None else causal, scale, layout, seq_len)
+    if not isinstance(return_weights, bool) or return_weights:
+        raise ValueError(f"ring attention never forms the (L, L) weights, so return_weights must be False, got {return_weights!r}")
+    if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)) or dropout_p != 0:
+        raise ValueError(f"ring attention has no attention weights to drop out, so dropout_p must be 0, got {dropout_p!r}")
+    sc = as_score(score)
+    qk = sc.as_dot(q, k)
+    if qk is None:
+        raise ValueError(f"ring attention needs a score with a dot-product form, got {sc.name!r}; use scaled_dot, dot, cosine or general")
+    the_mask = resolve_mask(mask, bool(causal))
+    the_bias = resolve_bias(bias)
     wait_for = check_timeout(timeout)
     group = resolve_group(group)
     rank, world_size = dist.get_rank(group), dist.get_world_size(group)
     B, H, Lr, E = q.shape
     total = world_size * Lr
+    is_causal = isinstance(the_mask, M.CausalMask)
     if world_size > 1:
-        row = [B, H, k.shape[1], Lr, E, v.shape[-1], int(causal), LAYOUTS.index(layout), -1 if seq_len is None else seq_len]
+        row = [B, H, k.shape[1], Lr, E, v.shape[-1], int(is_causal), LAYOUTS.index(layout), -1 if seq_len is None else seq_len]
         check_agreement(row, group, wait_for, q.device)
     if seq_len is not None and seq_len > total:
         raise ValueError(f"seq_len={seq_len} exceeds the sharded length W * Lr = {world_size} * {Lr} = {total}")
+    L = total if seq_len is None else seq_len
+    for name, obj, build in (("mask", the_mask, lambda m: m.predicate(L, L)), ("bias", the_bias, lambda b: b.bias_fn(L, L))):
+        if obj is not None:
+            try:
+                build(obj)  # dense tensors and per-sequence ids must cover the whole sequence
+            except ValueError as e:
+                raise ValueError(f"ring_attention's {name} is over global positions of all L={L} tokens: {e}") from None
+    if the_mask is not None and the_mask.batch_size not in (None, B):
+        raise ValueError(f"mask was built for batch size {the_mask.batch_size} but q has B={B}; build it for this batch")
+    chunk_len = Lr // chunks_per_rank(layout)
     cfg = _RingConfig(
         group=group,
         rank=rank,
         world_size=world_size,
-        causal=causal,
-        scale=1.0 / math.sqrt(E) if scale is None else float(scale),
+        scale=sc.default_scale(E) if scale is None else float(scale),
         layout=layout,
-        seq_len=total if seq_len is None else seq_len,
+        seq_len=L,
         timeout=wait_for,
+        dtype=q.dtype,
+        mask=the_mask,
+        bias=the_bias,
+        codes=tuple(map(tuple, chunk_codes(the_mask, layout, world_size, chunk_len, L))),
+        B=B,
+        H=H,
+        Hkv=k.shape[1],
     )
-    return _RingAttention.apply(q, k, v, cfg)
+    qd, kd = qk
+    if L < total:
+        # positions >= L are padding: masked, but a caller's buffer may hold anything there (NaN, inf),
+        # and 0 * NaN in p @ v is NaN, so zero them before any product (gradients there are then 0)
+        pad = _chunk_positions(rank_chunks(layout, rank, world_size), chunk_len, q.device) >= L  # (Lr,)
+        qd, kd, v = (t.masked_fill(pad.view(-1, 1), 0.0) for t in (qd, kd, v))
+    out = _RingAttention.apply(qd, kd, v, cfg)
+    report = Report("ring", f"ring attention over {world_size} ranks, layout {layout!r}")
+    return AttentionOutput(out, None, None, report)

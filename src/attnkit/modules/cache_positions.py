@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 
 from ..core import masks as M
-from ..core.biases import ScoreModifier, SumOfModifiers, TensorBias
+from ..core.biases import ScoreModifier, TensorBias
 from .cache_base import CacheView
 
 
@@ -68,7 +68,7 @@ class PositionedBias(ScoreModifier):
 
     def __init__(self, inner: ScoreModifier, q_pos: torch.Tensor, k_pos: torch.Tensor):
         super().__init__()
-        parts = list(inner.parts) if isinstance(inner, SumOfModifiers) else [inner]
+        parts = inner.leaves()
         for p in parts:
             if isinstance(p, TensorBias):
                 raise TypeError(

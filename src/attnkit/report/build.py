@@ -169,7 +169,7 @@ def build_report(out_dir: str | Path, sections: list | None = None, *, log=print
     return write_report(out_dir, sections, log=log, runs=runs, run_missing=run_missing, lang=lang, force=force, **kw).path
 
 
-def report_command(out: str | Path = DEFAULT_OUT, *, runs=None, run_missing: bool = False, lang: str = "en",
+def report_command(out: str | Path = DEFAULT_OUT, *, runs=None, run_missing: bool = True, lang: str = "en",
                    force: bool = False, results: str | Path | None = "results") -> int:
     """``attnkit report``: 0 when every section ran, 1 when any failed (the page is written either way)."""
     import sys
@@ -181,5 +181,5 @@ def report_command(out: str | Path = DEFAULT_OUT, *, runs=None, run_missing: boo
     except SetupError as e:
         print(f"attnkit report: {e}", file=sys.stderr)
         return 2
-    run = write_report(out, runs=runs, lang=lang, force=force, run_missing=True, committed_results=results)
+    run = write_report(out, runs=runs, lang=lang, force=force, run_missing=run_missing, committed_results=results)
     return 1 if run.failed else 0

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from ...core.biases import CustomBias, ScoreMod, ScoreModifier, SumOfModifiers, TensorBias
+from ...core.biases import CustomBias, ScoreMod, ScoreModifier, TensorBias
 
 __all__ = ["_bias_params"]
 
@@ -27,7 +27,7 @@ def _bias_params(bias: ScoreModifier | None) -> list[torch.Tensor]:
     if bias is None:
         return []
     out = [p for p in bias.parameters() if p.requires_grad]
-    mods = bias.parts if isinstance(bias, SumOfModifiers) else [bias]
+    mods = bias.leaves()
     out += [m.t for m in mods if isinstance(m, TensorBias) and m.t.requires_grad]
     for m in mods:
         if isinstance(m, (CustomBias, ScoreMod)):
