@@ -119,3 +119,28 @@ def test_bad_arguments_get_clear_errors():
         make_dates(5, locales=("en_US",), formats=("short",))
     with pytest.raises(ValueError, match="CharTokenizer needs"):
         CharTokenizer([])
+
+
+def test_date_lists_carry_one_iso_date_per_listed_date_and_grow_with_the_source():
+    import datetime as dt
+
+    from attnkit.data.dates import make_date_lists
+
+    pairs = make_date_lists(300, seed=5, max_dates=4)
+    assert pairs == make_date_lists(300, seed=5, max_dates=4)  # deterministic
+    by_k: dict[int, list[int]] = {}
+    for source, target in pairs:
+        isos = target.split(" ")
+        assert len(source.split(" ; ")) == len(isos) and 1 <= len(isos) <= 4
+        assert all(dt.date.fromisoformat(d).isoformat() == d for d in isos)
+        by_k.setdefault(len(isos), []).append(len(source))
+    means = [sum(v) / len(v) for _, v in sorted(by_k.items())]
+    assert sorted(by_k) == [1, 2, 3, 4] and means == sorted(means)  # more dates, longer sources
+
+
+@pytest.mark.parametrize("kw", [{"n": 0}, {"n": 5, "max_dates": 0}])
+def test_date_lists_reject_bad_sizes(kw):
+    from attnkit.data.dates import make_date_lists
+
+    with pytest.raises(ValueError, match="must be a positive int"):
+        make_date_lists(**kw)

@@ -74,7 +74,7 @@ def finish(m: torch.Tensor, ell: torch.Tensor, *, base2: bool = False) -> tuple[
     """``(safe, lse)`` from the final running max m and sum ell: ``safe`` is ell with 0 replaced by 1
     (divide the unnormalised output by it: empty rows stay 0) and ``lse = m + log ell``, -inf on
     rows with nothing allowed. Any m works where ell > 0 (guarded or not)."""
-    nonempty = ell > 0
+    nonempty = ell != 0  # not `> 0`: a NaN sum is a NaN row (lse NaN), not an empty one
     safe = torch.where(nonempty, ell, 1.0)
     log = torch.log2 if base2 else torch.log
     lse = torch.where(nonempty, guard(m) + log(safe), -_INF)

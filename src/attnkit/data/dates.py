@@ -108,6 +108,26 @@ def make_dates(
     return out
 
 
+def make_date_lists(n: int, *, seed: int = 0, max_dates: int = 4, locales: tuple[str, ...] = LOCALES,
+                    formats: tuple[str, ...] = FORMATS) -> list[tuple[str, str]]:
+    """``n`` pairs whose source lists 1..``max_dates`` dates (each in its own locale and format,
+    joined by " ; ") and whose target lists their ISO forms (joined by " "). Unlike
+    :func:`make_dates`, the information to carry grows with the source: a longer source holds more
+    dates to reproduce, as a longer sentence holds more to translate — the setting in which one
+    fixed-size encoder state becomes a bottleneck. Deterministic for a given ``seed``."""
+    if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
+        raise ValueError(f"n must be a positive int (number of pairs), got {n!r}")
+    if isinstance(max_dates, bool) or not isinstance(max_dates, int) or max_dates < 1:
+        raise ValueError(f"max_dates must be a positive int, got {max_dates!r}")
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        k = rng.randint(1, max_dates)
+        parts = make_dates(k, seed=rng.randrange(2**31), locales=locales, formats=formats, length_range=(1, 1))
+        out.append((" ; ".join(s for s, _ in parts), " ".join(t for _, t in parts)))
+    return out
+
+
 def pad_with_fillers(core: str, target_len: int, rng: random.Random, *, random_words: bool = False) -> str:
     """Add filler words around ``core`` while the result stays within ``target_len`` characters."""
     before: list[str] = []

@@ -3,6 +3,9 @@
 * ``dates`` — :func:`attnkit.data.dates.make_dates` (train, valid and test drawn with different
   seeds; a test date string that also occurs in training is dropped), one character tokenizer per
   side, buckets by source length in characters, metrics exact match and character accuracy;
+* ``dates-list`` — :func:`attnkit.data.dates.make_date_lists`: 1..``max_dates`` dates per source
+  → their ISO forms, so what the encoder must carry grows with the source (the bottleneck's setting);
+  handled like ``dates``;
 * ``bible`` — :func:`attnkit.data.bible.load_bible_pairs` split by book (no verse and no book in
   two splits), a BPE tokenizer per side trained on the training split only, buckets by source
   length in words, metrics BLEU and chrF (sacrebleu);
@@ -23,7 +26,7 @@ from pathlib import Path
 
 from ..data.tokenize import CharTokenizer, SubwordTokenizer, encode_pairs
 
-DATA_CHOICES = ("dates", "bible", "PATH.tsv")
+DATA_CHOICES = ("dates", "dates-list", "bible", "PATH.tsv")
 DATE_EDGES = (0, 15, 25, 35, 45, 60)
 TEXT_EDGES = (0, 10, 20, 30, 40, 50, 1000)
 
@@ -66,15 +69,17 @@ def check_data_choice(data: str) -> str:
     """``dates``, ``bible`` or an existing-looking ``*.tsv`` path; else one error listing the choices."""
     if not isinstance(data, str) or not data:
         raise ValueError(f"--data must be one of {list(DATA_CHOICES)}, got {data!r}")
-    if data in ("dates", "bible") or data.lower().endswith(".tsv"):
+    if data in ("dates", "dates-list", "bible") or data.lower().endswith(".tsv"):
         return data
-    raise ValueError(f"--data must be 'dates', 'bible' or a path to a .tsv file of 'source<TAB>target' lines, got {data!r}")
+    raise ValueError(f"--data must be 'dates', 'dates-list', 'bible' or a path to a .tsv file of 'source<TAB>target' lines, got {data!r}")
 
 
 def load_data(cfg: dict, cache_dir: Path) -> Seq2SeqData:
     data = check_data_choice(cfg["data"])
     if data == "dates":
         return _dates(cfg)
+    if data == "dates-list":
+        return _date_lists(cfg)
     if data == "bible":
         from ..data.bible import load_bible_pairs, split_pairs
 
@@ -111,6 +116,27 @@ def _dates(cfg: dict) -> Seq2SeqData:
     return Seq2SeqData(
         "dates", "dates", encode_pairs(train, src_tok, tgt_tok), encode_pairs(valid, src_tok, tgt_tok), test,
         encode_pairs(test, src_tok, tgt_tok), src_tok, tgt_tok, tuple(cfg.get("edges") or _date_edges(rng[1])), "characters", info,
+    )
+
+
+LIST_EDGES = (0, 25, 45, 65, 85, 1000)  # characters: from one date alone to four long ones
+
+
+def _date_lists(cfg: dict) -> Seq2SeqData:
+    """Lists of 1..``max_dates`` dates → their ISO forms: the source's information grows with its length."""
+    from ..data.dates import make_date_lists
+
+    k = int(cfg.get("max_dates", 4))
+    train = make_date_lists(cfg["n_train"], seed=1, max_dates=k)
+    valid = make_date_lists(cfg["n_valid"], seed=2, max_dates=k)
+    seen = {s for s, _ in train}
+    test = [p for p in make_date_lists(cfg["n_test"], seed=3, max_dates=k) if p[0] not in seen]
+    src_tok = CharTokenizer(s for s, _ in train)
+    tgt_tok = CharTokenizer(t for _, t in train)
+    info = {"source": "babel CLDR date lists", "max_dates": k, "train": len(train), "valid": len(valid), "test": len(test)}
+    return Seq2SeqData(
+        "dates-list", "dates", encode_pairs(train, src_tok, tgt_tok), encode_pairs(valid, src_tok, tgt_tok), test,
+        encode_pairs(test, src_tok, tgt_tok), src_tok, tgt_tok, tuple(cfg.get("edges") or LIST_EDGES), "characters", info,
     )
 
 
