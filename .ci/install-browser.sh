@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install headless Chromium + chromedriver (Debian packages) for the attnkit
-# browser tests (tests/inspect/test_viewer_browser.py, tests/report/test_report_browser.py),
+# browser tests (tests/inspect/test_viewer_browser.py, tests/report/test_browser.py),
 # and the fonts the pages need: DejaVu for Latin text, Noto CJK so the Chinese
 # report (attnkit report --lang zh) renders its characters instead of empty boxes.
 #

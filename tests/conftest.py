@@ -14,8 +14,11 @@ from pathlib import Path
 import pytest
 import torch
 
-# helpers such as numpy_reference.py live next to this file (the tests folder has no __init__.py)
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+# helpers (numpy_reference.py here, _core_cases.py, _ring_cases.py, ... in subfolders) are plain modules: the
+# tests folder has no __init__.py, and test files share basenames across folders (tests/core/test_masks.py)
+_TESTS = Path(__file__).resolve().parent
+for _d in [_TESTS, *sorted(p for p in _TESTS.iterdir() if p.is_dir() and not p.name.startswith(('.', '__')))]:
+    sys.path.insert(0, str(_d))  # --import-mode=importlib adds no folder itself: helpers (_core_cases, ...) are found here
 
 # under pytest-xdist (-n 2 on 2 cores) each worker gets one intra-op thread: two workers with two
 # OpenMP threads each oversubscribe the cores and tiny ops then wait milliseconds on spinning threads

@@ -113,3 +113,19 @@ def test_sdpa_returns_the_log_sum_exp_of_the_reference(kw):
 def test_a_3d_bias_tensor_is_refused_with_the_fix():
     with pytest.raises(ValueError, match=r"t\[:, None\] for \(B, L, S\)"):
         biases.TensorBias(torch.randn(2, 4, 4))
+
+
+@pytest.mark.parametrize("backend", ["reference", "sdpa"])
+def test_vmap_and_grad_work_and_match_the_loop(backend):
+    from torch.func import grad, vmap
+
+    x = torch.randn(3, 1, 2, 6, 8)
+
+    def f(t):
+        return attnkit.attention(t, t, t, mask=masks.sliding_window(2), bias=biases.ALiBi(2), backend=backend).out
+
+    torch.testing.assert_close(vmap(f)(x), torch.stack([f(t) for t in x]))
+    g = grad(lambda t: f(t).square().sum())(x[0])
+    t = x[0].clone().requires_grad_(True)
+    f(t).square().sum().backward()
+    torch.testing.assert_close(g, t.grad)

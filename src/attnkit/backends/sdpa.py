@@ -110,9 +110,11 @@ def run(call: AttentionCall) -> BackendResult:
             attn_mask = allowed | empty_rows.unsqueeze(-1)
     # enable_gqa (torch >= 2.5) reads kv head h // groups without copying k and v
     lse = None
-    # the op has no GQA broadcast, no E != Ev and no gradient for a float mask (a learned bias)
+    # the op has no GQA broadcast, no E != Ev, no gradient for a float mask (a learned bias) and no
+    # batching rule (torch.func.vmap would loop over it)
     fused_lse = (_CPU_FLASH is not None and q.device.type == "cpu" and call.groups == 1 and call.dropout_p == 0
-                 and q.shape[-1] == v.shape[-1] and not (attn_mask is not None and attn_mask.requires_grad))
+                 and q.shape[-1] == v.shape[-1] and not (attn_mask is not None and attn_mask.requires_grad)
+                 and not torch._C._functorch.is_functorch_wrapped_tensor(q))
     if fused_lse:
         if attn_mask is not None and attn_mask.dtype == torch.bool:
             attn_mask = torch.zeros((), dtype=work, device=q.device).masked_fill(~attn_mask, float("-inf"))

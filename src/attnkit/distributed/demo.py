@@ -23,7 +23,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from attnkit.distributed import gather_sequence, ring_attention, shard_sequence
-from attnkit.masks import causal
+from attnkit.core.masks import causal
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -14,7 +14,7 @@ LayerNorm goes
 Names and semantics follow ``torch.nn.TransformerEncoderLayer`` / ``TransformerDecoderLayer``
 (``self_attn``, ``multihead_attn``, ``linear1``, ``linear2``, ``norm1..3``, ``dropout1..3``), so
 :meth:`from_torch` copies a torch layer's weights and the outputs agree to float rounding — the
-parity test in ``tests/models/test_models_transformer.py``.
+parity test in ``tests/models/test_transformer.py``.
 
 Decoding: the decoder layer takes one :mod:`attnkit.cache` cache for its self-attention (it grows
 by one token per step; causal alignment is bottom-right, so the new token sees every cached one)

@@ -153,7 +153,7 @@ def test_committed_runs_are_read_first_then_the_quick_run_and_the_papers(dates_r
 
 
 def test_bad_data_and_seeds_are_clear_errors_before_work(tmp_path, capsys):
-    with pytest.raises(SetupError, match="--data must be 'dates', 'bible' or a path to a .tsv"):
+    with pytest.raises(SetupError, match="--data must be 'dates', 'dates-list', 'bible' or a path to a .tsv"):
         run_experiment("seq2seq", out=tmp_path / "a", overrides={"data": "wmt14"}, show_progress=False)
     with pytest.raises(SetupError, match="--seeds must be an integer >= 1"):
         run_experiment("seq2seq", out=tmp_path / "b", seeds=0, show_progress=False)
