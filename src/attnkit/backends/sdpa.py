@@ -62,6 +62,11 @@ def work_dtype(call: AttentionCall) -> torch.dtype:
     return dt
 
 
+def _functorch_wrapped(t: torch.Tensor) -> bool:
+    # Dynamo cannot trace this query; inside a compiled graph no functorch wrapper is visible anyway
+    return not torch.compiler.is_compiling() and torch._C._functorch.is_functorch_wrapped_tensor(t)
+
+
 def _dead_keys(allowed: torch.Tensor, Hkv: int) -> torch.Tensor:
     """(B|1, Hkv|1, S, 1) True for keys no query of any head sharing that kv head may see: what a
     program may leave garbage in (padding, unused cache slots). allowed (B|1, H|1, L, S)."""
@@ -114,7 +119,7 @@ def run(call: AttentionCall) -> BackendResult:
     # batching rule (torch.func.vmap would loop over it)
     fused_lse = (_CPU_FLASH is not None and q.device.type == "cpu" and call.groups == 1 and call.dropout_p == 0
                  and q.shape[-1] == v.shape[-1] and not (attn_mask is not None and attn_mask.requires_grad)
-                 and not torch._C._functorch.is_functorch_wrapped_tensor(q))
+                 and not _functorch_wrapped(q))
     if fused_lse:
         if attn_mask is not None and attn_mask.dtype == torch.bool:
             attn_mask = torch.zeros((), dtype=work, device=q.device).masked_fill(~attn_mask, float("-inf"))
