@@ -87,3 +87,50 @@ def test_compiles_with_fullgraph_forward_and_backward(case):
                 torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
     finally:
         torch._dynamo.reset()
+
+
+def test_compile_with_dropout_fullgraph_says_unsupported_and_graph_breaks_match_eager():
+    """The dropout seed is a host int (every tile's keep-mask generator is seeded from it): fullgraph
+    tracing fails with an error that names the reason; without fullgraph the seed is drawn outside
+    the graph from torch's generator, so the same ``torch.manual_seed`` gives eager's output."""
+    torch._dynamo.reset()
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 19, 16, generator=g) for _ in range(3))
+
+    def f(q, k, v):
+        return attnkit.attention(q, k, v, backend="blockwise", dropout_p=0.3).out
+
+    try:
+        with tiles(8, 8):
+            with pytest.raises(Exception, match=r"unsupported under torch.compile\(fullgraph=True\)"):
+                torch.compile(f, fullgraph=True, backend="eager")(q, k, v)
+            torch._dynamo.reset()
+            torch.manual_seed(1)
+            got = torch.compile(f, backend="eager")(q, k, v)
+            torch.manual_seed(1)
+            exp = f(q, k, v)
+            torch.manual_seed(2)
+            other = f(q, k, v)
+        torch.testing.assert_close(got, exp)
+        assert not torch.allclose(exp, other)  # the seed really comes from the generator
+    finally:
+        torch._dynamo.reset()
+
+
+def test_blockwise_attention_returns_attention_output_like_attention():
+    """Issue 9 item 4: the public entry point returns AttentionOutput (out, weights, lse, report),
+    equal to attnkit.attention's blockwise result, with the fully-masked rows counted."""
+    from attnkit.backends.blockwise import blockwise_attention
+    from attnkit.core.call import make_call
+    from attnkit.core.output import AttentionOutput
+
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(1, 2, 6, 4, generator=g, dtype=torch.float64) for _ in range(3))
+    mask = M.padding_mask(torch.tensor([0]), 6)  # every key dead: all 12 rows fully masked
+    got = blockwise_attention(make_call(q, k, v, mask=M.causal(), return_weights=True), block_q=4, block_kv=4)
+    exp = attnkit.attention(q, k, v, mask=M.causal(), return_weights=True, backend="blockwise")
+    assert isinstance(got, AttentionOutput) and got.report.backend == "blockwise"
+    for a, b in ((got.out, exp.out), (got.weights, exp.weights), (got.lse, exp.lse)):
+        torch.testing.assert_close(a, b)
+    dead = blockwise_attention(make_call(q, k, v, mask=mask))
+    assert dead.report.fully_masked_rows == 12 and not dead.out.any()

@@ -23,7 +23,7 @@ _CHECKED = "_attnkit_shape_checked"  # attribute set on a function's wrapper obj
 def check_custom_functions(mask, bias, B: int, H: int, L: int, S: int, device: torch.device) -> None:
     """Check every custom predicate in ``mask`` and custom bias / score mod in ``bias`` (once each)."""
     from .biases import CustomBias, ScoreMod
-    from .mask_kinds import CustomMask
+    from .mask_values import CustomMask
 
     if min(B, H, L, S) == 0:
         return  # nothing will be evaluated (B = 0 returns an empty result); check on a real call

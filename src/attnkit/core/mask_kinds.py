@@ -1,5 +1,5 @@
-"""The named masks: causal, sliding window, prefix-LM, document (block-diagonal), dense tensor
-and custom predicate.
+"""The named structural masks: causal, sliding window, prefix-LM and document (block-diagonal); the
+dense-tensor and custom-predicate masks are in :mod:`attnkit.core.mask_values`.
 
 Each is a :class:`~attnkit.core.masks.Mask` subclass with a predicate ``(b, h, q_idx, kv_idx) ->
 bool`` (True = may attend) and, where it can, an analytic :meth:`~attnkit.core.masks.Mask.tile_states`
@@ -15,13 +15,11 @@ Shape legend: B batch, H heads, L queries, S keys.
 
 from __future__ import annotations
 
-from typing import Iterable
-
 import torch
 
-from .checks import require_choice, require_dense_rank
+from .checks import require_choice
 from .indices import alignment_offset
-from .masks import ALIGNS, Mask, Predicate, values_readable
+from .masks import ALIGNS, Mask, values_readable
 from .tiles import PARTIAL, TileGrid, block_min_max
 
 
@@ -207,99 +205,6 @@ class DocumentMask(Mask):
         return f"DocumentMask(S={self.kv_ids.shape[1]})"
 
 
-class TensorMask(Mask):
-    """A user-supplied dense bool tensor, (L, S) or (B|1, H|1, L, S); True = may attend."""
-
-    def __init__(self, t: torch.Tensor):
-        if not isinstance(t, torch.Tensor) or t.dtype != torch.bool:
-            dt = getattr(t, "dtype", type(t).__name__)
-            raise TypeError(
-                f"mask tensor must be bool with True = may attend, got {dt}; for a 0/1 Hugging Face mask use "
-                "attnkit.masks.from_attention_mask, for an additive float mask pass it as bias="
-            )
-        require_dense_rank("mask", t)
-        self.t = t.reshape((1,) * (4 - t.dim()) + tuple(t.shape))
-        self.dims = frozenset(d for d, n in zip("bh", self.t.shape[:2]) if n > 1)
-
-    @property
-    def batch_size(self):
-        return self.t.shape[0] if self.t.shape[0] > 1 else None
-
-    @property
-    def num_heads(self):
-        return self.t.shape[1] if self.t.shape[1] > 1 else None
-
-    def predicate(self, L, S):
-        if self.t.shape[2] not in (1, L) or self.t.shape[3] not in (1, S):
-            raise ValueError(f"mask of shape {tuple(self.t.shape)} is not broadcastable to (B, H, L={L}, S={S})")
-        t = self.t
-
-        def fn(b, h, q, kv):
-            tt = t.to(kv.device)
-            return tt[
-                b if tt.shape[0] > 1 else torch.zeros_like(b),
-                h if tt.shape[1] > 1 else torch.zeros_like(h),
-                q if tt.shape[2] > 1 else torch.zeros_like(q),
-                kv if tt.shape[3] > 1 else torch.zeros_like(kv),
-            ]
-
-        return fn
-
-    def tile_states(self, grid: TileGrid) -> torch.Tensor:
-        t = self.t
-        if t.shape[2] != grid.L or t.shape[3] != grid.S or not values_readable(t):
-            return grid.fill(PARTIAL)
-        flat = t.cpu().flatten(0, 1)  # (B·H, L, S)
-        # a tile is non-empty if any row/head may attend a pair of it, full if all may attend all
-        n_any, n_all = _tile_counts(flat.any(0), grid), _tile_counts(flat.all(0), grid)
-        area = (grid.q_end - grid.q_start)[:, None] * (grid.k_end - grid.k_start)[None, :]
-        return grid.states(full=n_all == area, empty=n_any == 0)
-
-    def __repr__(self):
-        return f"TensorMask(shape={tuple(self.t.shape)})"
-
-
-def _tile_counts(x: torch.Tensor, grid: TileGrid) -> torch.Tensor:
-    """How many True entries of a bool (L, S) tensor fall in each tile: (nq, nk), by a summed-area table."""
-    c = torch.nn.functional.pad(x.to(torch.int64).cumsum(0).cumsum(1), (1, 0, 1, 0))  # (L + 1, S + 1)
-    q0, q1, k0, k1 = grid.q_start[:, None], grid.q_end[:, None], grid.k_start[None, :], grid.k_end[None, :]
-    return c[q1, k1] - c[q0, k1] - c[q1, k0] + c[q0, k0]
-
-
-class CustomMask(Mask):
-    """Any predicate ``(b, h, q_idx, kv_idx) -> bool tensor``.
-
-    By default it is evaluated for every batch row and head (correct for any predicate); declare
-    ``depends_on=()`` when it uses neither ``b`` nor ``h`` to keep materialized masks (1, 1, L, S).
-    """
-
-    def __init__(self, fn: Predicate, depends_on: Iterable[str] = ("b", "h"), name: str | None = None):
-        if not callable(fn):
-            raise TypeError(f"custom mask needs a callable (b, h, q_idx, kv_idx) -> bool, got {type(fn).__name__}")
-        dims = frozenset(depends_on)
-        if not dims <= {"b", "h"}:
-            raise ValueError(f"depends_on may name only 'b' and 'h', got {sorted(dims)}")
-        self.fn, self.dims, self.name = fn, dims, name or getattr(fn, "__name__", "custom")
-
-    def predicate(self, L, S):
-        fn = self.fn
-
-        def checked(b, h, q, kv):
-            # checked here, not only in evaluate(), so backends that call predicates on tiles
-            # directly get the same TypeError instead of a masked_fill error deep inside
-            out = torch.as_tensor(fn(b, h, q, kv))
-            if out.dtype != torch.bool:
-                raise TypeError(f"mask predicate {self.name} must return a bool tensor, got {out.dtype}; compare with >=, == etc.")
-            return out
-
-        return checked
-
-    positional = True  # a predicate of (q_idx, kv_idx): under a cache it is handed positions
-
-    def __repr__(self):
-        return f"custom({self.name})"
-
-
 # constructors (the public vocabulary) ------------------------------------------------------------
 def causal(align: str = "bottom_right") -> Mask:
     return CausalMask(align)
@@ -317,8 +222,3 @@ def document(doc_ids: torch.Tensor, q_doc_ids: torch.Tensor | None = None) -> Ma
 def prefix_lm(prefix_len: int | torch.Tensor, align: str = "bottom_right") -> Mask:
     """Bidirectional over the first ``prefix_len`` keys, causal after them."""
     return KeyPrefixMask(prefix_len) | CausalMask(align)
-
-
-def custom(fn: Predicate, depends_on: Iterable[str] = ("b", "h"), name: str | None = None) -> Mask:
-    return CustomMask(fn, depends_on, name)
-

@@ -11,8 +11,8 @@ kind overrides ``tile_states`` (and the properties ``positional``, ``band_width`
 
 This module holds the base class and :func:`as_mask`; the combinators live in
 :mod:`attnkit.core.mask_algebra`. The named masks live in
-:mod:`attnkit.core.mask_kinds` (causal, sliding window, document, prefix-LM, custom predicate,
-dense tensor) and :mod:`attnkit.core.mask_convert` (key padding, and the conversions from other
+:mod:`attnkit.core.mask_kinds` (causal, sliding window, document, prefix-LM),
+:mod:`attnkit.core.mask_values` (dense tensor, custom predicate) and :mod:`attnkit.core.mask_convert` (key padding, and the conversions from other
 libraries' polarity: ``from_attention_mask`` for Hugging Face 0/1 with 1 = keep,
 ``from_key_padding_mask`` for ``torch.nn.MultiheadAttention`` with True = ignore). All of them
 are re-exported here, so ``attnkit.masks.causal()`` is the public spelling.
@@ -202,17 +202,15 @@ def as_mask(m: object) -> Mask | None:
 # gives ``_as_mask`` its TensorMask and CustomMask (looked up at call time).
 from .mask_kinds import (  # noqa: E402
     CausalMask,
-    CustomMask,
     DocumentMask,
     KeyPrefixMask,
     SlidingWindowMask,
-    TensorMask,
     causal,
-    custom,
     document,
     prefix_lm,
     sliding_window,
 )
+from .mask_values import CustomMask, TensorMask, custom  # noqa: E402
 from .mask_algebra import AndMask, NotMask, OrMask  # noqa: E402
 from .mask_chunked import ChunkedMask, chunked  # noqa: E402,F401  (Llama-4 chunked attention)
 from .mask_convert import (  # noqa: E402
@@ -236,12 +234,13 @@ __all__ = [
     "SlidingWindowMask",
     "KeyPrefixMask",
     "DocumentMask",
-    "TensorMask",
-    "CustomMask",
     "causal",
     "sliding_window",
     "document",
     "prefix_lm",
+    # mask_values
+    "TensorMask",
+    "CustomMask",
     "custom",
     # mask_convert
     "KeyPaddingMask",

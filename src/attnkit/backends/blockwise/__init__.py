@@ -80,7 +80,8 @@ from __future__ import annotations
 import torch
 
 from ...core.call import AttentionCall
-from ...core.output import BackendResult, materialized
+from ...core.call import _count
+from ...core.output import AttentionOutput, BackendResult, Report, materialized
 from ..tiling import EMPTY, default_tiles, set_tile_sizes, tile_map
 from .cost import estimate
 from .function import _BlockwiseFunction, _BlockwiseFunctionCtx
@@ -103,6 +104,22 @@ def _code_rows(mask, L: int, S: int, bq: int, bk: int) -> tuple[tuple[int, ...],
     return tuple(tuple(row) for row in tile_map(mask, L, S, bq, bk).tolist())
 
 
+_NO_FULLGRAPH_DROPOUT = (
+    "blockwise dropout (dropout_p > 0) draws its per-call seed on the host, so it is unsupported under "
+    "torch.compile(fullgraph=True); compile without fullgraph (the seed is drawn outside the graph), "
+    "use dropout_p=0, or backend='sdpa'"
+)
+
+
+@torch.compiler.disable(reason=_NO_FULLGRAPH_DROPOUT)
+def _dropout_seed() -> int:
+    """The per-call dropout seed from torch's default generator (``torch.manual_seed`` reproduces it).
+    An int, not a tensor: every tile's keep-mask comes from a generator seeded with it, in the
+    forward and again in the backward. Reading it is a host sync, so torch.compile runs this
+    outside the graph; with ``fullgraph=True`` that is an error naming the reason above."""
+    return int(torch.randint(0, 2**62, (1,)).item())
+
+
 def _work_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
@@ -113,10 +130,18 @@ def blockwise_attention(
     block_q: int | None = None,
     block_kv: int | None = None,
     seed: int | None = None,
-) -> BackendResult:
-    """Run blockwise attention on a validated call; tile sizes default per mask/dtype/device
-    (:func:`attnkit.backends.tiling.default_tiles`); ``seed`` fixes dropout (default: drawn from
-    torch's generator)."""
+) -> AttentionOutput:
+    """Run blockwise attention on a validated call (:func:`attnkit.core.call.make_call`) and return
+    :class:`AttentionOutput`, as :func:`attnkit.attention` does; tile sizes default per
+    mask/dtype/device (:func:`attnkit.backends.tiling.default_tiles`); ``seed`` fixes dropout
+    (default: drawn from torch's generator)."""
+    res = _blockwise(call, block_q, block_kv, seed)
+    report = Report("blockwise", "called directly (blockwise_attention)", materialized=res.materialized,
+                    fully_masked_rows=_count(res.fully_masked_rows))
+    return AttentionOutput(res.out, res.weights, res.lse, report)
+
+
+def _blockwise(call: AttentionCall, block_q: int | None, block_kv: int | None, seed: int | None) -> BackendResult:
     q, k, v = call.q, call.k, call.v
     B, H, L, E = q.shape
     Hkv, S = k.shape[1], k.shape[2]
@@ -154,7 +179,7 @@ def blockwise_attention(
             qscale = call.scale * LOG2E
     params += _bias_params(call.bias)
     if call.dropout_p > 0 and seed is None:
-        seed = int(torch.randint(0, 2**62, (1,)).item())
+        seed = _dropout_seed()
     plan = _Plan(
         B, H, Hkv, L, S, bq, bk, codes, call.scale, score, call.bias, call.mask,
         call.dropout_p, seed or 0, work, qscale, kept,
@@ -172,7 +197,7 @@ def blockwise_attention(
 
 
 def run(call: AttentionCall) -> BackendResult:
-    return blockwise_attention(call)
+    return _blockwise(call, None, None, None)
 
 
 def supports(call: AttentionCall) -> str | None:
