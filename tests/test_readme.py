@@ -330,3 +330,33 @@ def test_hf_sweep_numbers_are_the_committed_sweep():
     assert c["mismatch"] == 0
     _has(f"{c['match_1e-5']} of {c['total']} match eager to 1e-5 on a padded batch,",
          f"{c['refused']} refused, {c['mismatch']} differ")
+
+
+SEQ2SEQ_RUNS = ["dates-list-full"]  # committed runs the README tabulates (results/seq2seq/<run>/results.json)
+
+
+def seq2seq_lines(run: str) -> list[str]:
+    """The README's per-bucket table of one committed seq2seq run and its run line, from the JSON."""
+    from attnkit.experiments.seq2seq_plots import LABELS
+
+    doc = _load(ROOT / "results" / "seq2seq" / run / "results.json")
+    r = doc["results"]
+    metric = r["metric_names"][0]
+    first = next(iter(r["models"].values()))
+    ranges = [f"{lo}–{hi}" if hi < 1000 else f"> {lo - 1}" for lo, hi in (b["range"] for b in first["buckets"])]
+    lines = [f"| model | parameters | " + " | ".join(f"{x} (n = {b['count']:,})" for x, b in zip(ranges, first["buckets"])) + " | all |"]
+    for name, m in r["models"].items():
+        cells = [f"{b['metrics'][metric]['mean']:.1f} ± {b['metrics'][metric]['std']:.1f}" for b in m["buckets"]]
+        o = m["overall"][metric]
+        lines.append(f"| {LABELS[name]} | {m['params']:,} | " + " | ".join(cells) + f" | {o['mean']:.1f} ± {o['std']:.1f} |")
+    lines.append(f"{len(doc['seeds'])} seeds, {doc['time_s'] / 60:.0f} min, {doc['env']['threads']} thread")
+    return lines
+
+
+def test_seq2seq_numbers_are_the_committed_runs():
+    from attnkit.experiments.seq2seq_report import reading
+
+    for run in SEQ2SEQ_RUNS:
+        _has(*seq2seq_lines(run))
+        r = _load(ROOT / "results" / "seq2seq" / run / "results.json")["results"]
+        _has(*reading(r)[:4])  # the README quotes the report's own reading of the run, word for word

@@ -76,6 +76,9 @@ def test_kill_9_mid_training_then_resume_equals_an_uninterrupted_run(tmp_path, r
     assert resumed.returncode == 0, resumed.stderr
     assert f"resuming after epoch {state['epoch']}/5" in resumed.stderr
     assert metrics(cut) == metrics(ref)  # exactly: same seed, same threads, restored RNG and optimizer
+    # the run's time counts the killed process's training too (restored from the checkpoint)
+    doc = json.loads((cut / "results.json").read_text())
+    assert doc["time_restored_s"] == pytest.approx(state["time_s"], abs=1e-3) and doc["time_s"] > doc["time_restored_s"] > 0
 
     # a finished tag is not trained again, and the results stay the same
     from attnkit.experiments import run_experiment

@@ -166,3 +166,31 @@ def test_save_json_is_atomic_and_converts_tensors(tmp_path):
     with pytest.raises(TypeError, match="cannot write object to JSON"):
         _ctx(tmp_path).save_json("bad.json", {"o": object()})
     assert not (tmp_path / "bad.json").exists()
+
+
+def test_a_warmup_scheduler_steps_per_optimizer_step_and_resumes(tmp_path):
+    """``scheduler_every="step"``: the rate rises step by step (40 samples / batch 8 = 5 steps an
+    epoch); a run resumed after epoch 2 restores the scheduler and ends equal to an uninterrupted one."""
+
+    def fit(ctx, epochs):
+        ctx.seed_everything(0)
+        model = _model()
+        opt = torch.optim.SGD(model.parameters(), lr=0.05)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: min(1.0, (step + 1) / 12))
+        res = ctx.fit(model, _data(), batch_size=8, loss_fn=_loss, optimizer=opt, scheduler=sched, scheduler_every="step",
+                      epochs=epochs, tag="warm")
+        return res, sched, model
+
+    ref, sched, ref_model = fit(_ctx(tmp_path / "ref"), 4)
+    assert sched.last_epoch == 20 and sched.get_last_lr()[0] == pytest.approx(0.05)
+    fit(_ctx(tmp_path / "cut"), 2)  # "killed" after epoch 2: same tag, more epochs asked on resume
+    ck = torch.load(tmp_path / "cut" / "checkpoints" / "warm.pt", weights_only=False)
+    assert ck["scheduler"]["last_epoch"] == 10
+    ck["finished"], ck["epochs"] = False, 4
+    torch.save(ck, tmp_path / "cut" / "checkpoints" / "warm.pt")
+    res, sched2, model = fit(_ctx(tmp_path / "cut", resume=True), 4)
+    assert sched2.last_epoch == 20 and _strip(res.history) == _strip(ref.history)
+    for a, b in zip(model.parameters(), ref_model.parameters()):
+        assert torch.equal(a, b)
+    with pytest.raises(ValueError, match="scheduler_every must be 'epoch' or 'step'"):
+        _fit(_ctx(tmp_path / "bad"), scheduler_every="batch")

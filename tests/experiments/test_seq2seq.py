@@ -67,12 +67,14 @@ class _Killed(Exception):
     pass
 
 
-def test_interrupted_training_resumes_to_the_uninterrupted_metrics(tmp_path, monkeypatch):
-    """A crash in epoch 2 (after epoch 1's checkpoint), then --resume: the same numbers as no crash."""
+@pytest.mark.parametrize("model, extra", [("bahdanau", {}), ("transformer", {"batching": "length", "warmup_transformer": 5})])
+def test_interrupted_training_resumes_to_the_uninterrupted_metrics(tmp_path, monkeypatch, model, extra):
+    """A crash in epoch 2 (after epoch 1's checkpoint), then --resume: the same numbers as no crash
+    (also with length-bucketed batches and the Transformer's per-step warm-up schedule)."""
     import attnkit.experiments.seq2seq_eval as ev
 
-    cfg = {**TINY, "epochs": 2, "models": ["bahdanau"], "patience": 5}
-    clean = run_experiment("seq2seq", out=tmp_path / "clean", overrides=cfg, show_progress=False)["results"]["models"]["bahdanau"]
+    cfg = {**TINY, "epochs": 2, "models": [model], "patience": 5, **extra}
+    clean = run_experiment("seq2seq", out=tmp_path / "clean", overrides=cfg, show_progress=False)["results"]["models"][model]
     real, calls = ev.valid_loss, []
 
     def dies_in_epoch_two(*a, **k):
@@ -85,7 +87,7 @@ def test_interrupted_training_resumes_to_the_uninterrupted_metrics(tmp_path, mon
     with pytest.raises(_Killed):
         run_experiment("seq2seq", out=tmp_path / "crash", overrides=cfg, show_progress=False)
     monkeypatch.setattr(ev, "valid_loss", real)
-    resumed = run_experiment("seq2seq", out=tmp_path / "crash", overrides=cfg, resume=True, show_progress=False)["results"]["models"]["bahdanau"]
+    resumed = run_experiment("seq2seq", out=tmp_path / "crash", overrides=cfg, resume=True, show_progress=False)["results"]["models"][model]
     assert [r["epoch"] for r in resumed["history"][0]] == [1, 2]
     for key in ("overall", "buckets"):
         assert resumed[key] == clean[key]
@@ -157,6 +159,8 @@ def test_bad_data_and_seeds_are_clear_errors_before_work(tmp_path, capsys):
         run_experiment("seq2seq", out=tmp_path / "a", overrides={"data": "wmt14"}, show_progress=False)
     with pytest.raises(SetupError, match="--seeds must be an integer >= 1"):
         run_experiment("seq2seq", out=tmp_path / "b", seeds=0, show_progress=False)
+    with pytest.raises(SetupError, match="batching= must be 'random' or 'length', got 'sorted'"):
+        run_experiment("seq2seq", out=tmp_path / "b2", overrides={"batching": "sorted"}, show_progress=False)
     with pytest.raises(SystemExit) as e:
         cli_main(["seq2seq", "--seeds", "0", "--out", str(tmp_path / "c")])
     assert e.value.code == 2 and "--seeds" in capsys.readouterr().err

@@ -13,17 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMEDRIVER = Path("/usr/bin/chromedriver")
-if not CHROMIUM.exists():
-    if os.environ.get("ATTNKIT_REQUIRE_BROWSER"):  # CI sets it: there a missing browser is a failure
-        pytest.fail("ATTNKIT_REQUIRE_BROWSER is set but /usr/bin/chromium is missing; run bash .ci/install-browser.sh", pytrace=False)
-    pytest.skip("needs /usr/bin/chromium; install it with: bash .ci/install-browser.sh", allow_module_level=True)
-
-from selenium import webdriver  # noqa: E402
+from _browser import start_chromium  # skips this module when Chromium is absent (fails on CI)
 from selenium.common.exceptions import NoAlertPresentException  # noqa: E402
-from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.action_chains import ActionChains  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.common.keys import Keys  # noqa: E402
@@ -32,11 +23,6 @@ from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
 from attnkit.inspect.metrics import classify_heads  # noqa: E402
 from attnkit.inspect.viewer import save_html  # noqa: E402
 
-FLAGS = [
-    "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    "--window-size=1400,1100",
-]
 EVIL = "<script>alert(1)</script>"
 TOKENS = ["[CLS]", "the", EVIL, "sat", '<img src=x onerror="window.__pwned=1">', "mat", "[SEP]"]
 L = len(TOKENS)
@@ -58,16 +44,7 @@ def drawn(layer: int, head: int) -> dict:
 
 @pytest.fixture(scope="module")
 def driver(tmp_path_factory):
-    if not CHROMEDRIVER.exists():
-        pytest.fail("/usr/bin/chromium is installed but /usr/bin/chromedriver is not: run .ci/install-browser.sh")
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = str(CHROMIUM)
-    for flag in FLAGS:
-        opts.add_argument(flag)
-    opts.add_argument(f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}")
-    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    d = webdriver.Chrome(service=Service(executable_path=str(CHROMEDRIVER)), options=opts)
-    d.set_page_load_timeout(30)
+    d = start_chromium(tmp_path_factory.mktemp("chromium-profile"), window="1400,1100", page_load_timeout=30)
     yield d
     d.quit()
 

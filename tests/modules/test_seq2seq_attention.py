@@ -126,3 +126,35 @@ def test_bad_inputs_get_clear_errors():
         Seq2SeqAttention(D, "additive")
     with pytest.raises(ValueError, match="head_dim=8"):
         Seq2SeqAttention(4, AdditiveScore(D))
+
+
+@pytest.mark.parametrize("attn_dim", [None, 5])
+def test_bahdanau_keys_prepared_once_equal_the_per_step_formula(attn_dim):
+    """The decoder projects U h_j + b once per source (prepare) and passes it at every step; that
+    must equal the layer computing it itself, values and gradients (float64), with A != D too."""
+    torch.manual_seed(0)
+    layer = BahdanauAttention(D, attn_dim=attn_dim).double()
+    q, mem, valid = _inputs()
+    mem.requires_grad_(True)
+    ctx_a, w_a = layer(q, mem, valid)
+    grads_a = torch.autograd.grad(ctx_a.square().sum(), [mem, *layer.parameters()])
+    ctx_b, w_b = layer(q, mem, valid, keys=layer.prepare(mem))
+    grads_b = torch.autograd.grad(ctx_b.square().sum(), [mem, *layer.parameters()])
+    torch.testing.assert_close(ctx_b, ctx_a, rtol=0, atol=1e-12)
+    torch.testing.assert_close(w_b, w_a, rtol=0, atol=1e-12)
+    for ga, gb in zip(grads_a, grads_b):
+        torch.testing.assert_close(gb, ga, rtol=0, atol=1e-12)
+    # the projected view shares the parent's v and registers nothing: the parameter count is the paper's
+    assert sum(p.numel() for p in layer.parameters()) == D * (attn_dim or D) * 2 + (attn_dim or D) * 2
+    with pytest.raises(ValueError, match="keys must be prepare"):
+        layer(q, mem, valid, keys=layer.prepare(mem)[:, :2])
+
+
+def test_additive_score_projected_form_equals_the_score():
+    torch.manual_seed(1)
+    sc = AdditiveScore(4, 3).double()
+    q, k = torch.randn(2, 1, 5, 4, dtype=torch.float64), torch.randn(2, 1, 7, 4, dtype=torch.float64)
+    torch.testing.assert_close(sc.projected()(sc.project_queries(q), sc.project_keys(k)), sc(q, k), rtol=0, atol=1e-13)
+    assert sc.projected() is sc.projected()
+    with pytest.raises(ValueError, match="A=3"):
+        sc.projected().check_head_dim(4)

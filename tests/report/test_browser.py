@@ -9,28 +9,16 @@ this file takes about a minute on a busy 2-core machine. Needs Debian's chromium
 when ATTNKIT_REQUIRE_BROWSER is set, as CI does).
 """
 
-import os
 import re
 import subprocess
 from pathlib import Path
 
 import pytest
-
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMEDRIVER = Path("/usr/bin/chromedriver")
-if not CHROMIUM.exists():
-    if os.environ.get("ATTNKIT_REQUIRE_BROWSER"):
-        pytest.fail("ATTNKIT_REQUIRE_BROWSER is set but /usr/bin/chromium is missing; run bash .ci/install-browser.sh", pytrace=False)
-    pytest.skip("needs /usr/bin/chromium; install it with: bash .ci/install-browser.sh", allow_module_level=True)
-
-from selenium import webdriver  # noqa: E402
-from selenium.webdriver.chrome.service import Service  # noqa: E402
+from _browser import start_chromium  # skips this module when Chromium is absent (fails on CI)
 
 from attnkit.report.build import write_report  # noqa: E402
 from attnkit.report.sections import story  # noqa: E402
 
-FLAGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync", "--window-size=1000,1000"]
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 COMMITTED = Path(__file__).resolve().parents[2] / "results"  # committed --full runs, e.g. results/vision/full
 
@@ -48,16 +36,7 @@ def report(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def driver(tmp_path_factory):
-    if not CHROMEDRIVER.exists():
-        pytest.fail("/usr/bin/chromium is installed but /usr/bin/chromedriver is not: run .ci/install-browser.sh")
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = str(CHROMIUM)
-    for flag in FLAGS:
-        opts.add_argument(flag)
-    opts.add_argument(f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}")
-    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    d = webdriver.Chrome(service=Service(executable_path=str(CHROMEDRIVER)), options=opts)
-    d.set_page_load_timeout(60)
+    d = start_chromium(tmp_path_factory.mktemp("chromium-profile"), window="1000,1000", page_load_timeout=60)
     yield d
     d.quit()
 

@@ -121,11 +121,48 @@ class AdditiveScore(Score):
         return 1.0 + 3.0 * self.w_q.out_features
 
     def forward(self, q, k):
-        dt = q.dtype
-        qp = nn.functional.linear(q, self.w_q.weight.to(dt))  # (B, H, L, A)
-        kp = nn.functional.linear(k, self.w_k.weight.to(dt), self.w_k.bias.to(dt))  # (B, H, S, A)
-        hidden = torch.tanh(qp.unsqueeze(-2) + kp.unsqueeze(-3))  # (B, H, L, S, A)
-        return nn.functional.linear(hidden, self.v.weight.to(dt)).squeeze(-1)  # (B, H, L, S)
+        return self.projected()(self.project_queries(q), self.project_keys(k))
+
+    def project_queries(self, q: torch.Tensor) -> torch.Tensor:
+        """W_q q: (..., L, E) → (..., L, A)."""
+        return nn.functional.linear(q, self.w_q.weight.to(q.dtype))
+
+    def project_keys(self, k: torch.Tensor) -> torch.Tensor:
+        """W_k k + b: (..., S, E_k) → (..., S, A). A decoder that queries the same keys at every
+        step projects them once with this (Bahdanau et al. 2015, App. A.1.2: "U_a h_j can be
+        pre-computed") and scores with :meth:`projected`, instead of S·E·A work per step."""
+        return nn.functional.linear(k, self.w_k.weight.to(k.dtype), self.w_k.bias.to(k.dtype))
+
+    def projected(self) -> Score:
+        """The score ``vᵀ tanh(q' + k')`` on queries and keys already projected by this score
+        (same v; gradients reach W_q, W_k through the projections the caller made)."""
+        view = self.__dict__.get("_projected")
+        if view is None:
+            view = _ProjectedAdditiveScore(self)
+            self.__dict__["_projected"] = view  # a plain attribute: the parent owns the weights, no second registration
+        return view
+
+
+class _ProjectedAdditiveScore(Score):
+    """``vᵀ tanh(q' + k')`` over q' (B, H, L, A), k' (B, H, S, A) → (B, H, L, S), using a parent's v."""
+
+    name = "additive"
+
+    def __init__(self, parent: AdditiveScore):
+        super().__init__()
+        self.__dict__["_parent"] = parent  # not a submodule (see AdditiveScore.projected)
+
+    def check_head_dim(self, head_dim):
+        if head_dim != self._parent.v.in_features:
+            raise ValueError(f"projected additive score expects q and k projected to A={self._parent.v.in_features}, got E={head_dim}; "
+                             "pass AdditiveScore.project_queries(q) and project_keys(k)")
+
+    def cost_per_element(self, head_dim):
+        return 1.0 + 3.0 * head_dim
+
+    def forward(self, q, k):
+        hidden = torch.tanh(q.unsqueeze(-2) + k.unsqueeze(-3))  # (B, H, L, S, A)
+        return nn.functional.linear(hidden, self._parent.v.weight.to(q.dtype)).squeeze(-1)  # (B, H, L, S)
 
 
 class CosineScore(Score):

@@ -66,6 +66,9 @@ class RunContext:
     preset: str = "quick"
     show_progress: bool = True
     current_seed: int = 0
+    #: training seconds restored from checkpoints that earlier (killed) processes wrote: a resumed
+    #: run's ``time_s`` adds them, so it states what the whole run cost, not only its last process
+    restored_s: float = 0.0
 
     @property
     def is_main(self) -> bool:

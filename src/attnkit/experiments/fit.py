@@ -144,6 +144,8 @@ def fit(
     mode: str = "min",
     min_delta: float = 0.0,
     scheduler=None,
+    scheduler_every: str = "epoch",
+    batching=None,
     grad_clip: float | None = None,
     shuffle: bool = True,
     seed: int | None = None,
@@ -155,10 +157,16 @@ def fit(
     ``collate_fn(list of samples)`` (torch's default collate when None), moved to ``ctx.device``.
     ``eval_fn(model)`` (optional, run after every epoch under ``torch.no_grad()`` and ``model.eval()``,
     on rank 0, its dict shared with the other ranks) returns metrics added to the epoch's history row.
-    ``scheduler`` is stepped once per epoch; ``grad_clip`` clips the global gradient norm.
+    ``scheduler`` is stepped once per epoch, or after every optimizer step with
+    ``scheduler_every="step"`` (warm-up schedules); ``grad_clip`` clips the global gradient norm.
     ``seed`` (default: the last ``ctx.seed_everything`` seed) fixes the shuffle order.
+    ``batching`` (e.g. :class:`~attnkit.experiments.batching.LengthBuckets`) turns the epoch's
+    shuffled order into batches (``batching.batches(order, batch_size, generator)``); default:
+    consecutive slices of ``batch_size``.
     """
     _check_args(epochs, batch_size, tag, monitor, patience, mode)
+    if scheduler_every not in ("epoch", "step"):
+        raise ValueError(f"fit: scheduler_every must be 'epoch' or 'step', got {scheduler_every!r}")
     if train_data is None or not hasattr(train_data, "__len__") or not hasattr(train_data, "__getitem__"):
         raise TypeError(f"fit: train_data must be a map-style dataset (len() and [i]), got {type(train_data).__name__}")
     n = len(train_data)
@@ -187,6 +195,7 @@ def fit(
         rngs = ck["rng"]
         set_rng_state(rngs[rank] if rank < len(rngs) else rngs[0])
         history, start, spent, bad = ck["history"], ck["epoch"], ck["time_s"], ck["bad_epochs"]
+        ctx.restored_s += spent
         best_value, best_epoch, best_state = ck["best_value"], ck["best_epoch"], ck["best_state"]
         if ck["finished"]:
             ctx.log(f"{tag}: already finished ({ck['epoch']} epochs); not trained again")
@@ -210,7 +219,8 @@ def fit(
             order = torch.randperm(n, generator=g) if shuffle else torch.arange(n)
             model.train()
             loss_sum, count = 0.0, 0
-            for global_batch in order.split(batch_size):
+            batches = batching.batches(order, batch_size, g) if batching is not None else order.split(batch_size)
+            for global_batch in batches:
                 local = global_batch[rank::world]
                 weight = world * len(local) / len(global_batch)
                 if len(local) == 0:  # fewer samples than ranks: take part in the all-reduce with zero weight
@@ -225,12 +235,14 @@ def fit(
                 if grad_clip is not None:
                     nn.utils.clip_grad_norm_(params, grad_clip)
                 optimizer.step()
+                if scheduler is not None and scheduler_every == "step":
+                    scheduler.step()
                 if weight > 0:
                     loss_sum += float(loss.detach()) * len(local)
                     count += len(local)
                 bar.update(1)
             loss_sum, count = ddp.all_reduce_sum([loss_sum, float(count)], device)
-            if scheduler is not None:
+            if scheduler is not None and scheduler_every == "epoch":
                 scheduler.step()
             row = {"epoch": epoch, "train_loss": loss_sum / count}
             if eval_fn is not None:

@@ -191,21 +191,13 @@ def settings_html(results: dict, run_dir: Path, lang: str) -> str:
 
 
 def section(results, out_dir, lang: str = "en", full_results: dict | None = None):
-    from ..report.committed import describe_run
-    from ..report.html import esc
+    from ..report.committed import committed_first
     from .registry import Section
 
     run_dir = Path(getattr(results, "run_dir", out_dir))
-    parts = []
-    for name, full in (full_results or {}).items():
-        parts.append(f"<h3>{esc(tr(lang, f'Committed full run: {name}', f'已提交的完整运行：{name}'))}</h3>")
-        parts.append(f"<p class='note'>{esc(describe_run(name, full, lang))}.</p>")
-        parts.append(settings_html(full, Path(full.run_dir), lang))
-    if full_results:
-        parts.append(f"<h3>{esc(tr(lang, 'This report’s own run', '本报告自己的运行'))}</h3>")
-        parts.append("<p>" + tr(lang, "A smaller replication, run now (fewer windows, epochs and seeds, so noisier): read the "
-                                      "claims above from the committed runs.",
-                                "现在运行的一个较小规模的重复实验（窗口、epoch 和种子更少，因此噪声更大）：结论请以上面已提交的运行为准。") + "</p>")
+    parts = committed_first(full_results, lambda run, d: settings_html(run, d, lang), lang, (
+        "A smaller replication, run now (fewer windows, epochs and seeds, so noisier): read the claims above from the committed runs.",
+        "现在运行的一个较小规模的重复实验（窗口、epoch 和种子更少，因此噪声更大）：结论请以上面已提交的运行为准。"))
     parts.append(settings_html(results, run_dir, lang))
     title = tr(lang, "Forecasting: LSTM, LSTM + temporal attention, Transformers and baselines",
                "预测：LSTM、带时间注意力的 LSTM、Transformer 与基线")

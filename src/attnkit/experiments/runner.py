@@ -124,7 +124,9 @@ def run_experiment(
             raise TypeError(f"experiment {exp.name!r}: run(ctx) must return a dict of results, got {type(results).__name__}")
         doc = {
             "schema_version": SCHEMA_VERSION, "experiment": exp.name, "preset": preset, "config": config,
-            "seeds": ctx.seeds, "started": started, "finished": _now(), "time_s": round(time.perf_counter() - t0, 3),
+            "seeds": ctx.seeds, "started": started, "finished": _now(),
+            # this process's time plus the training earlier processes of a resumed run did (see RunContext.restored_s)
+            "time_s": round(time.perf_counter() - t0 + ctx.restored_s, 3), "time_restored_s": round(ctx.restored_s, 3),
             "env": env_info(dev, world.world_size), "results": to_jsonable(results),
         }
         if ctx.is_main:

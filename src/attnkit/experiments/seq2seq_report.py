@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..report.i18n import tr as _tr
 from .seq2seq_plots import LABELS, METRIC_LABELS, finite
 
 ATTENTION_MODELS = ("bahdanau", "luong")
@@ -40,10 +41,6 @@ PAPERS = [
     {"paper": "Luong et al. 2015, arXiv:1508.04025, Table 1 (WMT'14 En→De newstest2014; abstract: +5.0 BLEU)",
      "without": ("reverse + dropout, no attention", 14.0), "with": ("local attention (general) + input feeding", 19.0)},
 ]
-
-
-def _tr(lang: str, en: str, zh: str) -> str:
-    return zh if lang == "zh" else en
 
 
 def _label(name: str, lang: str) -> str:
@@ -170,10 +167,9 @@ def reading(results: dict, lang: str = "en") -> list[str]:
             out.append(_tr(
                 lang,
                 f"The Transformer's validation loss was still falling at its last epoch in every seed ({len(hist)} of {len(hist)}): "
-                "it is under-trained at this number of epochs (it has no learning-rate warm-up here), so this gap is not a verdict on "
-                "the architecture.",
+                "it is under-trained at this number of epochs, so this gap is not a verdict on the architecture.",
                 f"Transformer 的验证损失在每个种子（{len(hist)} 个中的 {len(hist)} 个）的最后一个 epoch 仍在下降：在这个 epoch 数下它还没有"
-                "训练充分（这里没有学习率预热），所以这个差距不是对架构的结论。"))
+                "训练充分，所以这个差距不是对架构的结论。"))
     top = max((m["overall"][metric]["mean"] for m in models.values() if finite(m["overall"][metric]["mean"])), default=None)
     if metric == "bleu" and top is not None and top < WEAK_BLEU:
         out.insert(0, _tr(
@@ -234,22 +230,13 @@ def _run_html(results, run_dir: Path, lang: str) -> str:
 
 def section(results, out_dir, lang: str = "en", full_results: dict | None = None):
     """The report section: each committed ``--full`` run first (when any), then this report's own run."""
-    from ..report.html import esc
+    from ..report.committed import committed_first
     from .registry import Section
 
     run_dir = Path(getattr(results, "run_dir", out_dir))
-    parts = []
-    if full_results:
-        from ..report.committed import describe_run
-
-        for name, run in full_results.items():
-            parts.append(f"<h3>{esc(_tr(lang, f'Committed run: {name}', f'已提交的运行：{name}'))}</h3>")
-            parts.append(f"<p class='note'>{esc(describe_run(name, run, lang))}.</p>")
-            parts.append(_run_html(run, Path(run.run_dir), lang))
-        parts.append(f"<h3>{esc(_tr(lang, 'This report’s own run', '本报告自己的运行'))}</h3>")
-        parts.append("<p>" + _tr(lang, "A smaller replication, run now (fewer pairs and epochs, one seed, so noisier): read the claims "
-                                       "above from the committed runs.",
-                                 "现在运行的一个较小规模的重复实验（句对和 epoch 更少，只有一个种子，因此噪声更大）：结论请以上面已提交的运行为准。") + "</p>")
+    parts = committed_first(full_results, lambda run, d: _run_html(run, d, lang), lang, (
+        "A smaller replication, run now (fewer pairs and epochs, one seed, so noisier): read the claims above from the committed runs.",
+        "现在运行的一个较小规模的重复实验（句对和 epoch 更少，只有一个种子，因此噪声更大）：结论请以上面已提交的运行为准。"))
     parts.append(_run_html(results, run_dir, lang))
     parts.append(published_html(lang))
     return Section(_tr(lang, "Seq2seq: the fixed-vector bottleneck versus attention", "Seq2seq：固定向量瓶颈与注意力"), "\n".join(parts))

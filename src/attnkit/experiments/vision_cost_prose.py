@@ -13,12 +13,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..report.i18n import tr as _tr
+
 #: the committed MHSA2d cost benchmark, relative to the folder `attnkit report` runs in (a checkout)
 COST_FILE = Path("benchmarks") / "results" / "vision_cost.json"
-
-
-def _tr(lang: str, en: str, zh: str) -> str:
-    return zh if lang == "zh" else en
 
 
 def _fmt(x: float) -> str:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..report.i18n import tr as _tr
 from .vision_cost_prose import COST_FILE, cost_html
 
 DATA_NAMES = {"fashion-mnist": ("Fashion-MNIST", "Fashion-MNIST"), "digits": ("scikit-learn's 8×8 digits", "scikit-learn 的 8×8 手写数字")}
@@ -56,10 +57,6 @@ PAPERS = [
     {"paper": "Wang et al. 2020, ECA-Net, arXiv:1910.03151, Table 2",
      "baseline": 75.20, "rows": [("se", "SENet-50", 76.71), ("cbam", "CBAM-50", 77.34), ("eca", "ECA-Net-50", 77.48)]},
 ]
-
-
-def _tr(lang: str, en: str, zh: str) -> str:
-    return zh if lang == "zh" else en
 
 
 def _n(k: int, word: str) -> str:

@@ -46,8 +46,20 @@ class Seq2SeqAttention(nn.Module):
         self.score = score
         self.backend = backend
 
-    def forward(self, query: torch.Tensor, memory: torch.Tensor, valid: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Returns ``(context, weights)``: context like ``query``, weights (B, [T,] S)."""
+    def prepare(self, memory: torch.Tensor) -> torch.Tensor:
+        """Work on the memory that does not depend on the query, done once per source before the
+        decoder's steps: memory (B, S, D) → keys (B, S, D_k). Default: the memory itself."""
+        return memory
+
+    def _query_and_score(self, q: torch.Tensor) -> tuple[torch.Tensor, Score]:
+        """The per-step query transform matching :meth:`prepare`'s keys, and the score to use."""
+        return q, self.score
+
+    def forward(
+        self, query: torch.Tensor, memory: torch.Tensor, valid: torch.Tensor | None = None, keys: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Returns ``(context, weights)``: context like ``query``, weights (B, [T,] S).
+        ``keys``: ``prepare(memory)`` computed once by a step-by-step decoder (default: here)."""
         require_tensor("query", query)
         require_tensor("memory", memory)
         one_step = query.dim() == 2
@@ -61,8 +73,12 @@ class Seq2SeqAttention(nn.Module):
             if valid.dtype != torch.bool or valid.shape != memory.shape[:2]:
                 raise ValueError(f"valid must be a bool (B, S)={tuple(memory.shape[:2])} tensor (True = real token), got {valid.dtype} {tuple(valid.shape)}")
             mask = M.KeyPaddingMask(valid)
-        mem = memory[:, None]  # (B, 1, S, D): one head
-        res = attention(q[:, None], mem, mem, score=self.score, mask=mask, scale=1.0, backend=self.backend, return_weights=True)
+        keys = self.prepare(memory) if keys is None else keys
+        if keys.shape[:2] != memory.shape[:2]:
+            raise ValueError(f"keys must be prepare(memory), (B, S, ·)={tuple(memory.shape[:2])}, got {tuple(keys.shape)}")
+        q, score = self._query_and_score(q)
+        # (B, 1, ·, ·): one head
+        res = attention(q[:, None], keys[:, None], memory[:, None], score=score, mask=mask, scale=1.0, backend=self.backend, return_weights=True)
         ctx, w = res.out[:, 0], res.weights[:, 0]  # (B, T, D), (B, T, S)
         return (ctx[:, 0], w[:, 0]) if one_step else (ctx, w)
 
@@ -80,6 +96,12 @@ class BahdanauAttention(Seq2SeqAttention):
 
     def __init__(self, dim: int, attn_dim: int | None = None, *, backend: str = "auto", device=None, dtype=None):
         super().__init__(dim, AdditiveScore(dim, attn_dim or dim, device=device, dtype=dtype), backend=backend)
+
+    def prepare(self, memory):
+        return self.score.project_keys(memory)  # U h_j + b once per source (B, S, A), not once per step
+
+    def _query_and_score(self, q):
+        return self.score.project_queries(q), self.score.projected()
 
     @property
     def queries_before_recurrence(self) -> bool:

@@ -73,3 +73,24 @@ def describe_run(name: str, run, lang: str = "en") -> str:
                 f"用时 {minutes:.0f} 分钟，完成于 {meta.get('finished', '?')}")
     return (f"committed run '{name}' ({path}): {meta.get('preset', '?')} preset, {n} seeds, "
             f"{minutes:.0f} min, finished {meta.get('finished', '?')}")
+
+
+def committed_first(full_results: dict | None, render, lang: str, replication: tuple[str, str]) -> list[str]:
+    """HTML parts for an experiment section that quotes committed ``--full`` runs before its own run.
+
+    Per committed run: a heading, the :func:`describe_run` line and ``render(run, run_dir)``; then,
+    when there was any, the heading of the report's own run and ``replication`` (en, zh) — why the
+    claims should be read from the committed runs. The caller appends its own run's HTML.
+    """
+    from .html import esc
+
+    zh = lang == "zh"
+    parts = []
+    for name, run in (full_results or {}).items():
+        parts.append(f"<h3>{esc(f'已提交的完整运行：{name}' if zh else f'Committed full run: {name}')}</h3>")
+        parts.append(f"<p class='note'>{esc(describe_run(name, run, lang))}.</p>")
+        parts.append(render(run, Path(run.run_dir)))
+    if full_results:
+        parts.append(f"<h3>{esc('本报告自己的运行' if zh else 'This report’s own run')}</h3>")
+        parts.append(f"<p>{replication[1] if zh else replication[0]}</p>")
+    return parts
