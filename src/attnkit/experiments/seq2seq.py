@@ -40,6 +40,17 @@ Bahdanau) and one seed has no spread: it shows the shape of an under-trained run
   all ~25k training verses, 20+ epochs: ``--set params_text=6000000 --set vocab_size=8000
   --set max_train=null --set epochs_text=20``).
 
+* dates-list (``--data dates-list --full``, ``results/seq2seq/dates-list-full``): the same sizes,
+  1–4 dates per source; 149 min of training over all processes (it was resumed across two
+  sessions). Exact match falls from 92.6 % to 0.0 % with length without attention and stays
+  at 99.4–100 % with Bahdanau or Luong: the bottleneck, as in Bahdanau et al.'s Fig. 2.
+* Bible, verses split by hash (``results/seq2seq/bible-hash-full``: ``--set split='"hash"'
+  --set max_train=null --set epochs_text=4 --set batching='"length"'``): all 26,116 training
+  verses, 4 epochs, 105 min of training (two processes, one core each, then one that gathered
+  them). BLEU: Transformer 15.5 ± 0.5, Bahdanau 10.3 ± 3.0, Luong 4.9 ± 0.4, no attention
+  2.6 ± 1.0; every model is highest on verses of 0–10 words and flat beyond, so at this budget
+  the Bible run shows attention's gain at every length, not a fall that grows with length.
+
 ``--set batching='"length"'`` trains on batches of similar length (:mod:`.batching`): on the
 Bible pairs 2.5× more target tokens per second for Bahdanau (2,319 → 5,702 on one core).
 The Transformer trains at lr 3e-3 with a 300-step linear warm-up (``warmup_transformer``); the

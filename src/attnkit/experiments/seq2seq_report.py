@@ -108,6 +108,12 @@ def reading(results: dict, lang: str = "en") -> list[str]:
                          f"{_label(n, lang)} 从 {drops[n][4]['mean']:.1f} 到 {drops[n][5]['mean']:.1f}（{_change(drops[n][0], lang)}）")
                      for n in att]
             out.append(_tr(lang, "With attention, " + sep.join(parts) + ".", "有注意力时，" + sep.join(parts) + "。"))
+            keep = {n: 100 * drops[n][5]["mean"] / drops[n][4]["mean"] for n in ("rnn", *att) if drops[n][4]["mean"] > 0}
+            if "rnn" in keep and len(keep) > 1:  # the fall as a share: readable when all scores are low (BLEU on a hard task)
+                rest = sep.join(_tr(lang, f"{LABELS[n]} {keep[n]:.0f} %", f"{_label(n, lang)} {keep[n]:.0f} %") for n in att if n in keep)
+                out.append(_tr(lang, f"Against each model's own score on the shortest sources, the fixed-vector model keeps {keep['rnn']:.0f} % "
+                                     f"of it on the longest; {rest}.",
+                               f"以各模型在最短源序列上的得分为基准，固定向量模型在最长的源序列上保留了 {keep['rnn']:.0f} %；{rest}。"))
             overall = sep.join(f"{_label(n, lang)} {models[n]['overall'][metric]['mean']:.1f}" for n in att)
             rnn_all = models["rnn"]["overall"][metric]["mean"]
             out.append(_tr(lang, f"Over the whole test set the fixed-vector model scores {rnn_all:.1f}; {overall}.",
