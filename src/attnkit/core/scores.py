@@ -157,9 +157,6 @@ class _ProjectedAdditiveScore(Score):
             raise ValueError(f"projected additive score expects q and k projected to A={self._parent.v.in_features}, got E={head_dim}; "
                              "pass AdditiveScore.project_queries(q) and project_keys(k)")
 
-    def cost_per_element(self, head_dim):
-        return 1.0 + 3.0 * head_dim
-
     def forward(self, q, k):
         hidden = torch.tanh(q.unsqueeze(-2) + k.unsqueeze(-3))  # (B, H, L, S, A)
         return nn.functional.linear(hidden, self._parent.v.weight.to(q.dtype)).squeeze(-1)  # (B, H, L, S)

@@ -37,7 +37,7 @@ class LengthBuckets:
             raise ValueError(f"LengthBuckets: the data has more samples than the {len(self.lengths)} lengths given")
         pools = order.split(batch_size * self.pool)  # (pool · batch_size) shuffled samples each
         # stable sort: equal lengths keep the shuffle's order, so the result depends only on the generator
-        ordered = torch.cat([p[torch.sort(self.lengths[p], stable=True).indices] for p in pools]) if pools else order
+        ordered = torch.cat([p[torch.sort(self.lengths[p], stable=True).indices] for p in pools])
         batches = list(ordered.split(batch_size))
         perm = torch.randperm(len(batches), generator=generator).tolist()
         return [batches[i] for i in perm]

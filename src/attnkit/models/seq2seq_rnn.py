@@ -76,7 +76,7 @@ class RNNDecoderState:
     memory: torch.Tensor | None  # (B, S, H)
     valid: torch.Tensor  # (B, S) bool
     weights: torch.Tensor | None = None  # (B, S) alignment of the last step
-    keys: torch.Tensor | None = None  # (B, S, A): the attention's prepare(memory), computed once
+    keys: torch.Tensor | None = None  # (B, S, A): the attention's prepare(memory), computed once; None when that is the memory
 
     def reorder(self, idx: torch.Tensor) -> None:
         for name in ("h", "c", "feed", "memory", "valid", "weights", "keys"):
@@ -133,6 +133,7 @@ class Seq2SeqRNN(nn.Module):
             feed = torch.zeros_like(s0)
         c0 = torch.zeros_like(s0) if self.cell_kind == "lstm" else None
         keys = self.attention.prepare(memory) if self.attention is not None else None
+        keys = None if keys is memory else keys  # nothing prepared (Luong): beam search then reorders the memory once, not twice
         return RNNDecoderState(s0, c0, feed, memory, valid, keys=keys)
 
     # the one decoder loop ----------------------------------------------------------------------

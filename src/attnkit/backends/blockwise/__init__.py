@@ -79,8 +79,7 @@ from __future__ import annotations
 
 import torch
 
-from ...core.call import AttentionCall
-from ...core.call import _count
+from ...core.call import AttentionCall, _count
 from ...core.output import AttentionOutput, BackendResult, Report, materialized
 from ..tiling import EMPTY, default_tiles, set_tile_sizes, tile_map
 from .cost import estimate
