@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import platform
 import statistics
 import subprocess
@@ -36,28 +35,21 @@ from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "modules"))
 RESULTS = Path(__file__).resolve().parent / "results" / "vision_cost.json"
 IMPLS = ("auto", "blockwise", "naive")
 
 
 def naive_forward(m, x: torch.Tensor) -> torch.Tensor:
-    """MHSA2d's math with a dense (heads, N, N) bias and a materialised softmax."""
-    B, C, H, W = x.shape
-    nh, E = m.num_heads, C // m.num_heads
-    s = x.flatten(2).transpose(1, 2)  # (B, N, C)
-    a = m.attn
+    """MHSA2d's math with a dense (heads, N, N) bias gathered from the table and a materialised softmax."""
+    from _mhsa2d_reference import plain_mhsa  # the tests' independent reference: one copy of the math
 
-    def heads(t):
-        return t.reshape(B, H * W, nh, E).transpose(1, 2)  # (B, nh, N, E)
-
-    q, k, v = heads(a.q_proj(s)), heads(a.k_proj(s)), heads(a.v_proj(s))
+    H, W = x.shape[-2:]
     table = m.position(H, W)  # (nh, 2H-1, 2W-1)
     ys, xs = torch.meshgrid(torch.arange(H, device=x.device), torch.arange(W, device=x.device), indexing="ij")
     ys, xs = ys.flatten(), xs.flatten()
     bias = table[:, ys[:, None] - ys[None] + H - 1, xs[:, None] - xs[None] + W - 1]  # (nh, N, N)
-    p = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(E) + bias, dim=-1)  # (B, nh, N, N)
-    o = (p @ v).transpose(1, 2).reshape(B, H * W, C)
-    return x + a.out_proj(o).transpose(1, 2).reshape(B, C, H, W)
+    return plain_mhsa(m, x, bias)
 
 
 def worker(spec: dict) -> dict:

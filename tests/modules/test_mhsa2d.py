@@ -10,6 +10,8 @@ import torch
 
 from attnkit.modules.mhsa2d import MHSA2d, ContinuousPositionBias2d, log_offsets
 
+from _mhsa2d_reference import plain_mhsa
+
 
 def dense_bias(m: MHSA2d, H: int, W: int) -> torch.Tensor:
     """(heads, N, N) from the MLP evaluated on each pixel pair's own offset (no table, no gather)."""
@@ -23,29 +25,17 @@ def dense_bias(m: MHSA2d, H: int, W: int) -> torch.Tensor:
     return m.position.mlp(coords.to(m.position.mlp[0].weight.dtype)).permute(2, 0, 1)
 
 
-def plain_mhsa(m: MHSA2d, x: torch.Tensor) -> torch.Tensor:
-    """softmax(q kᵀ/√E + bias) v per head, written with matmuls."""
-    B, C, H, W = x.shape
-    nh, E = m.num_heads, C // m.num_heads
-    s = x.flatten(2).transpose(1, 2)  # (B, N, C)
-    a = m.attn
-
-    def heads(t):
-        return t.reshape(B, H * W, nh, E).transpose(1, 2)  # (B, nh, N, E)
-
-    q, k, v = heads(a.q_proj(s)), heads(a.k_proj(s)), heads(a.v_proj(s))
-    scores = q @ k.transpose(-1, -2) / math.sqrt(E)
-    if m.position is not None:
-        scores = scores + dense_bias(m, H, W)
-    o = (scores.softmax(-1) @ v).transpose(1, 2).reshape(B, H * W, C)
-    return x + a.out_proj(o).transpose(1, 2).reshape(B, C, H, W)
+def reference(m: MHSA2d, x: torch.Tensor) -> torch.Tensor:
+    """The plain-matmul layer with the MLP-evaluated bias: shares no code path with MHSA2d.forward."""
+    H, W = x.shape[-2:]
+    return plain_mhsa(m, x, dense_bias(m, H, W) if m.position is not None else None)
 
 
 @pytest.mark.parametrize("H, W", [(4, 4), (3, 5), (6, 2), (1, 7)])
 def test_matches_plain_softmax_attention_at_any_size(H, W):
     m = MHSA2d(16, 4).double()
     x = torch.randn(2, 16, H, W, dtype=torch.float64)
-    torch.testing.assert_close(m(x), plain_mhsa(m, x), rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(m(x), reference(m, x), rtol=1e-10, atol=1e-10)
 
 
 @pytest.mark.parametrize("backend", ["reference", "blockwise", "sdpa"])
@@ -54,7 +44,7 @@ def test_backends_agree(backend):
     x = torch.randn(1, 8, 5, 3, dtype=torch.float64)
     fixed = MHSA2d(8, 2, backend=backend).double()
     fixed.load_state_dict(m.state_dict())
-    torch.testing.assert_close(fixed(x), plain_mhsa(m, x), rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(fixed(x), reference(m, x), rtol=1e-10, atol=1e-10)
 
 
 def test_same_weights_serve_other_resolutions():
