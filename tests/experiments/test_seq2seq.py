@@ -247,3 +247,22 @@ def test_a_run_where_no_model_translates_is_flagged_first():
     assert weak[0].startswith("Read this run with care: the best model reaches only 0.8 BLEU (under 5)")
     assert reading(_fake({"rnn": (1.0, 0.2), "transformer": (0.9, 0.1)}), "zh")[0].startswith("请谨慎解读这次运行")
     assert not reading(_fake({"rnn": (30.0, 8.0), "bahdanau": (31.0, 29.0)}))[0].startswith("Read this run with care")
+
+
+def test_train_max_words_caps_training_and_validation_but_never_the_test_set(tmp_path):
+    from attnkit.experiments.seq2seq import QUICK
+    from attnkit.experiments.seq2seq_data import load_data
+
+    words = "alpha beta gamma delta epsilon zeta eta theta iota kappa".split()
+    lines = [" ".join(words[(i + k) % 10] for k in range(1 + i % 12)) + "\tx" for i in range(600)]
+    tsv = tmp_path / "lengths.tsv"
+    tsv.write_text("\n".join(lines) + "\n")
+    cfg = {**QUICK, "data": str(tsv), "vocab_size": 40}
+    whole, capped = load_data(cfg, tmp_path), load_data({**cfg, "train_max_words": 5}, tmp_path)
+    src_words = lambda d, part: [len(d.src_tok.decode(s).split()) for s, _ in getattr(d, part)]  # noqa: E731
+    for part in ("train", "valid"):
+        assert max(src_words(whole, part)) > 5 and max(src_words(capped, part)) == 5
+        assert sorted(src_words(capped, part)) == sorted(n for n in src_words(whole, part) if n <= 5)
+    assert capped.test_pairs == whole.test_pairs and capped.info["train_max_words"] == 5
+    with pytest.raises(SetupError, match="--train_max_words must be an integer >= 1, got 0"):
+        run_experiment("seq2seq", out=tmp_path / "bad", overrides={"train_max_words": 0}, show_progress=False)

@@ -81,6 +81,7 @@ QUICK = {
     "n_train": 4000, "n_valid": 300, "n_test": 600, "length_range": [8, 60], "filler": "words", "edges": None,
     # text (bible / TSV)
     "vocab_size": 2000, "max_len": 80, "max_train": 6000, "max_valid": 300, "max_test": 600, "split": "book",
+    "train_max_words": None,  # e.g. 30: train on short sources only, test on all (the paper's "-30" models)
 }
 FULL = {
     # sized for a 2-core CPU: 3 seeds x 4 models must finish in about an hour (see the module docstring)
@@ -133,7 +134,7 @@ def _check_config(cfg: dict) -> None:
         raise SetupError(f"--models must be among {list(MODELS)}, got {cfg['models']!r}")
     if cfg.get("batching", "random") not in ("random", "length"):
         raise SetupError(f"--set batching= must be 'random' or 'length', got {cfg['batching']!r}")
-    for key in ("epochs", "batch_size", "beam") + tuple(k for k in ("params", "epochs_text") if cfg.get(k) is not None):
+    for key in ("epochs", "batch_size", "beam") + tuple(k for k in ("params", "epochs_text", "train_max_words") if cfg.get(k) is not None):
         v = cfg[key]
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise SetupError(f"--{key} must be an integer >= 1, got {v!r}")

@@ -14,7 +14,9 @@
 
 Anything else is one clear error before any work. Sentences longer than ``max_len`` tokens are
 dropped from training (memory and time grow with length) but every test sentence is kept, in the
-last bucket if it is long: the test set is not filtered by the models' convenience.
+last bucket if it is long: the test set is not filtered by the models' convenience. ``train_max_words``
+(text only) keeps training and validation pairs of at most that many source words, as Bahdanau et
+al. (2015) trained their "-30" models on sentences of up to 30 words and tested them on every length.
 
 Shape legend: pairs are (source, target) strings; encoded pairs (source ids, target ids).
 """
@@ -149,6 +151,10 @@ def _date_edges(longest: int) -> tuple[int, ...]:
 
 
 def _text(name: str, split: dict, cfg: dict, info: dict) -> Seq2SeqData:
+    cap = cfg.get("train_max_words")
+    if cap:  # Bahdanau et al.'s "-30" models: trained (and early-stopped) on short sentences, tested on all
+        split = {**split, **{k: [p for p in split[k] if len(p[0].split()) <= cap] for k in ("train", "valid")}}
+        info = {**info, "train_max_words": cap}
     train = _subsample(split["train"], cfg.get("max_train"))
     valid = _subsample(split["valid"], cfg.get("max_valid"))
     test = _subsample(split["test"], cfg.get("max_test"))
