@@ -121,6 +121,12 @@ def test_reading_says_shows_and_does_not_show():
     assert "The bottleneck shows" in shows and "Transformer is ahead of" in shows
     flat = " ".join(reading(_fake({"rnn": (30.0, 27.0), "bahdanau": (31.0, 29.0), "transformer": (20.0, 18.0)})))
     assert "does not show clearly" in flat and "Transformer is behind" in flat
+    assert "translates too little" not in flat and "Longer training" in flat
+    low = reading(_fake({"rnn": (9.0, 4.0), "bahdanau": (18.0, 12.0)}))
+    assert "does not show clearly" in " ".join(low)
+    assert "between 4.0 and 6.5 BLEU at every length: it translates too little" in low[-1]
+    zh = reading(_fake({"rnn": (9.0, 4.0), "bahdanau": (18.0, 12.0)}), "zh")
+    assert [re.findall(r"\d+\.\d", a) for a in low] == [re.findall(r"\d+\.\d", b) for b in zh]
 
 
 

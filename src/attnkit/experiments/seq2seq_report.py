@@ -139,6 +139,7 @@ def reading(results: dict, lang: str = "en") -> list[str]:
                     f"{margin:+.1f} points, within the seed spread or under 5 points.",
                     f"在这次运行中瓶颈没有明显出现：固定向量模型的下降减去注意力模型的下降为 {margin:+.1f} 个点，在种子离散范围之内或不到 5 个点。"))
                 floor = min(b["metrics"][metric]["mean"] for b in models["rnn"]["buckets"] if b["count"] > 0)
+                rest_rnn = [b["metrics"][metric]["mean"] for b in models["rnn"]["buckets"][1:] if b["count"] > 0] or [floor]
                 gain = max(models[n]["overall"][metric]["mean"] for n in att) - models["rnn"]["overall"][metric]["mean"]
                 if metric in ("exact_match", "char_accuracy") and floor >= 95.0:
                     out.append(_tr(
@@ -150,6 +151,18 @@ def reading(results: dict, lang: str = "en") -> list[str]:
                         f"固定向量模型在每个长度区间上都达到 {floor:.1f} 或更高：训练到这个程度，一个向量就装得下这个任务所需的信息"
                         f"（一个日期只有几个字段），所以在这些长度上注意力几乎没有可以挽救的东西。这里注意力带来的只是总体上 "
                         f"{gain:+.1f} 个点，而不是一条保持平坦、另一条下降的曲线。"))
+                elif metric == "bleu" and max(rest_rnn) < 10.0:
+                    # a model that barely translates sits near the score of generic output at every length: no room to fall
+                    lo, hi = min(rest_rnn), max(rest_rnn)
+                    out.append(_tr(
+                        lang,
+                        f"Beyond its shortest sources the fixed-vector model scores between {lo:.1f} and {hi:.1f} {mname} at every "
+                        f"length: it translates too little for its score to have room to fall. The bottleneck needs a fixed-vector "
+                        f"model that translates short sources well (Bahdanau et al.'s RNNencdec-50, with 1,000 hidden units, scored "
+                        f"17.8 BLEU overall); a larger model than this budget allows is needed to tell.",
+                        f"除了最短的源序列，固定向量模型在每个长度上的{mname}都在 {lo:.1f} 到 {hi:.1f} 之间：它几乎没有学会翻译，"
+                        f"得分没有下降的余地。瓶颈要在一个能把短句译好的固定向量模型上才看得出来（Bahdanau 等人的 RNNencdec-50 有 1,000 个"
+                        f"隐藏单元，总体 17.8 BLEU）；需要比这个参数预算更大的模型才能判断。"))
                 else:
                     out.append(_tr(lang, "Longer training or longer sources are needed to tell.", "需要更长的训练或更长的源序列才能判断。"))
     tr = models.get("transformer")
