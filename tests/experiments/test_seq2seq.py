@@ -51,6 +51,11 @@ def test_results_schema_and_budget(dates_run):
     assert len(al["weights"]) == len(al["output"]) and len(al["weights"][0]) == len(al["source"])
     assert all(abs(sum(row) - 1) < 1e-3 for row in al["weights"])
     assert "rnn" not in res["alignments"]  # no attention, no alignment
+    for name, m in res["models"].items():  # alignment peakedness for the recurrent attention models only
+        focus = m["attention_focus"]
+        assert (focus is None) == (name in ("rnn", "transformer")), name
+        if focus:
+            assert 0 <= focus["normalized_entropy"]["mean"] <= 1 and 0 < focus["max_weight"]["mean"] <= 1
     for png in ("metric_vs_length.png", "training_curves.png", "alignments_bahdanau.png", "alignments_luong.png", "alignments_transformer.png"):
         assert (out / png).stat().st_size > 10_000, png
 
@@ -122,6 +127,13 @@ def test_reading_says_shows_and_does_not_show():
     flat = " ".join(reading(_fake({"rnn": (30.0, 27.0), "bahdanau": (31.0, 29.0), "transformer": (20.0, 18.0)})))
     assert "does not show clearly" in flat and "Transformer is behind" in flat
     assert "translates too little" not in flat and "Longer training" in flat
+    collapsed = _fake({"rnn": (9.0, 4.0), "bahdanau": (18.0, 12.0), "luong": (10.0, 5.0)})
+    collapsed["models"]["luong"]["attention_focus"] = {"max_weight": {"mean": 0.97}, "normalized_entropy": {"mean": 0.03}}
+    collapsed["models"]["bahdanau"]["attention_focus"] = {"max_weight": {"mean": 0.35}, "normalized_entropy": {"mean": 0.62}}
+    text = " ".join(reading(collapsed))
+    assert "RNN + Luong's attention is nearly one-hot: on average 0.97 of each row's weight" in text and "Bahdanau's attention is" not in text
+    en, zh = reading(collapsed), reading(collapsed, "zh")
+    assert [re.findall(r"\d+\.\d+", a) for a in en] == [re.findall(r"\d+\.\d+", b) for b in zh]
     low = reading(_fake({"rnn": (9.0, 4.0), "bahdanau": (18.0, 12.0)}))
     assert "does not show clearly" in " ".join(low)
     assert "between 4.0 and 6.5 BLEU at every length: it translates too little" in low[-1]
@@ -272,3 +284,29 @@ def test_train_max_words_caps_training_and_validation_but_never_the_test_set(tmp
     assert capped.test_pairs == whole.test_pairs and capped.info["train_max_words"] == 5
     with pytest.raises(SetupError, match="--train_max_words must be an integer >= 1, got 0"):
         run_experiment("seq2seq", out=tmp_path / "bad", overrides={"train_max_words": 0}, show_progress=False)
+
+
+@pytest.mark.parametrize("pattern, entropy, peak", [("one-hot", 0.0, 1.0), ("uniform", 1.0, None)])
+def test_attention_focus_tells_a_collapsed_alignment_from_a_spread_one(pattern, entropy, peak):
+    import torch
+    from types import SimpleNamespace
+
+    from attnkit.experiments.seq2seq_eval import attention_focus
+
+    pairs = [([5, 6, 7, 8], [5, 6, 7]), ([5, 6], [5, 6, 7, 8, 9])]  # source lengths 4 and 2: padding in the batch
+
+    class Fake(torch.nn.Module):
+        def forward(self, src, src_len, tgt_in):
+            B, S, T = src.shape[0], src.shape[1], tgt_in.shape[1]
+            valid = (torch.arange(S)[None] < src_len[:, None]).float()  # (B, S)
+            w = torch.zeros(B, T, S)
+            if pattern == "one-hot":
+                w[..., 0] = 1.0
+            else:
+                w = (valid / valid.sum(-1, keepdim=True))[:, None].expand(B, T, S)
+            return SimpleNamespace(alignments=w)
+
+    f = attention_focus(Fake(), pairs, "cpu")
+    assert f["normalized_entropy"] == pytest.approx(entropy, abs=1e-6)
+    expected_peak = peak if peak is not None else (4 * 0.25 + 6 * 0.5) / 10  # one row per real output token: 3 + EOS and 5 + EOS
+    assert f["max_weight"] == pytest.approx(expected_peak, abs=1e-6)

@@ -45,7 +45,7 @@ def _bahdanau_np(layer):
 
 def _luong_np(layer):
     W = layer.score.weight.detach().numpy()
-    return lambda s, h: s @ W @ h  # Luong et al. eq. (8), "general"
+    return lambda s, h: layer.scale * (s @ W @ h)  # Luong et al. eq. (8), "general", times the layer's scale
 
 
 @pytest.mark.parametrize("T", [None, 4])
@@ -108,6 +108,19 @@ def test_parameter_counts_match_formulas():
     # additive: W_q (D→A, no bias) + U (D→A with bias) + v (A→1)
     assert sum(p.numel() for p in BahdanauAttention(D, A).parameters()) == D * A + (D * A + A) + A
     assert sum(p.numel() for p in LuongAttention(D).parameters()) == D * D  # W_a
+
+
+def test_luong_scale_defaults_to_one_over_sqrt_dim_and_one_is_the_papers_score():
+    assert LuongAttention(D).scale == pytest.approx(D ** -0.5)
+    layer = LuongAttention(D, scale=1.0).double()
+    q, mem, valid = _inputs(None)
+    ctx, w = layer(q, mem, valid)
+    want_ctx, want_w = _numpy_attention(q, mem, valid, lambda s, h: s @ layer.score.weight.detach().numpy() @ h)
+    np.testing.assert_allclose(w.detach().numpy(), want_w, rtol=0, atol=1e-12)
+    with pytest.raises(ValueError, match="scale must be a positive number"):
+        LuongAttention(D, scale=0.0)
+    with pytest.raises(TypeError, match="scale must be a finite real number"):
+        LuongAttention(D, scale="1")
 
 
 def test_bad_inputs_get_clear_errors():

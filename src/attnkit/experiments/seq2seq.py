@@ -175,7 +175,8 @@ def _run(ctx, cfg: dict) -> dict:
             )
             preds = ev.translate(model, data.test, data.tgt_tok, ctx.device, beam=cfg["beam"], max_len=max_out)
             overall, buckets = ev.bucket_scores(data, preds)
-            runs.append({"overall": overall, "buckets": buckets, "time_s": fit.time_s, "epochs": fit.epochs_run, "history": fit.history})
+            runs.append({"overall": overall, "buckets": buckets, "time_s": fit.time_s, "epochs": fit.epochs_run, "history": fit.history,
+                         "focus": ev.attention_focus(model, data.test, ctx.device)})
             if seed == ctx.seeds[0]:
                 examples[name] = {"alignments": ev.alignments(model, data, picks, ctx.device), "predictions": [preds[i] for i in picks]}
             m0 = data.metric_names[0]
@@ -209,4 +210,7 @@ def _summarize(runs: list[dict], size: dict) -> dict:
         "params": size["params"], "width": size["width"], "train_time_s": ev.mean_std([r["time_s"] for r in runs]),
         "epochs": [r["epochs"] for r in runs], "overall": {m: ev.mean_std([r["overall"][m] for r in runs]) for m in metrics},
         "buckets": buckets, "history": [r["history"] for r in runs],
+        # how peaked the alignments are (None: no recurrent attention); a one-hot row everywhere = collapsed
+        "attention_focus": None if runs[0]["focus"] is None else
+        {k: ev.mean_std([r["focus"][k] for r in runs]) for k in runs[0]["focus"]},
     }

@@ -129,3 +129,32 @@ def alignments(model, data, indices: list[int], device) -> list[dict]:
             "weights": [[round(float(x), 4) for x in row] for row in w[0].tolist()],
         })
     return out
+
+
+@torch.no_grad()
+def attention_focus(model, pairs: list, device, n: int = 256) -> dict[str, float] | None:
+    """How peaked a recurrent model's alignments are on ``n`` test pairs (teacher-forced on the
+    references): the mean over real output rows of the normalised entropy (1 = uniform over the real
+    source tokens, 0 = one-hot) and of the largest weight. None for a model without alignments, and
+    for the Transformer (its cross-attention has several heads and layers; see attnkit.inspect).
+
+    Why: a score that saturates early in training leaves a one-hot row that no gradient moves, the
+    same source token at every step, and the "attention" model is then a fixed-vector model that
+    the BLEU table alone would not reveal (LuongAttention's docstring has the case that prompted it).
+    """
+    from ..inspect.row_metrics import max_weight, normalized_entropy
+
+    if hasattr(model, "decoder_layers"):
+        return None
+    was = model.training
+    model.eval()
+    b = {k: v.to(device) for k, v in collate_pairs(pairs[:n]).items()}
+    w = model(b["src"], b["src_len"], b["tgt_in"]).alignments  # (B, T, S)
+    model.train(was)
+    if w is None:
+        return None
+    rows = b["tgt_out"] != PAD  # (B, T) real output steps
+    valid = torch.arange(w.shape[-1], device=w.device)[None] < b["src_len"][:, None]  # (B, S)
+    ent = normalized_entropy(w[:, None], valid)[:, 0]  # (B, T)
+    peak = max_weight(w[:, None])[:, 0]
+    return {"normalized_entropy": float(ent[rows].mean()), "max_weight": float(peak[rows].mean())}

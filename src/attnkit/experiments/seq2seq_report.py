@@ -77,6 +77,9 @@ def _change(drop: float, lang: str = "en") -> str:
     return _tr(lang, f"a rise of {-drop:.1f} points", f"上升 {-drop:.1f} 个点")
 
 
+COLLAPSED = 0.9  # mean largest alignment weight at or above which an attention model is called collapsed
+
+
 def reading(results: dict, lang: str = "en") -> list[str]:
     """Plain-language paragraphs in ``lang`` ("en" or "zh"), every number taken from ``results``."""
     models, metric = results["models"], results["metric_names"][0]
@@ -118,6 +121,17 @@ def reading(results: dict, lang: str = "en") -> list[str]:
             rnn_all = models["rnn"]["overall"][metric]["mean"]
             out.append(_tr(lang, f"Over the whole test set the fixed-vector model scores {rnn_all:.1f}; {overall}.",
                            f"在整个测试集上，固定向量模型得分 {rnn_all:.1f}；{overall}。"))
+            for n in att:  # a collapsed attention (one-hot rows everywhere) explains a flat, low curve
+                focus = models[n].get("attention_focus")
+                if focus and focus["max_weight"]["mean"] >= COLLAPSED:
+                    mw, ne = focus["max_weight"]["mean"], focus["normalized_entropy"]["mean"]
+                    out.append(_tr(
+                        lang,
+                        f"{LABELS[n]}'s attention is nearly one-hot: on average {mw:.2f} of each row's weight sits on a single source "
+                        f"token (normalised entropy {ne:.2f}, where 1 is uniform), so it reads one position instead of searching the "
+                        f"source and behaves much like the fixed-vector model.",
+                        f"{_label(n, lang)} 的注意力几乎是独热的：平均每行 {mw:.2f} 的权重落在同一个源词元上（归一化熵 {ne:.2f}，1 为均匀），"
+                        f"所以它只读一个位置而不是在源序列中搜索，表现得很像固定向量模型。"))
             worst = max(att, key=lambda n: drops[n][0])
             margin = drops["rnn"][0] - drops[worst][0]
             noise = drops["rnn"][1] + drops[worst][1]
