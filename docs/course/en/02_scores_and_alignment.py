@@ -26,6 +26,12 @@
 # | additive | `vᵀ tanh(W_q q + W_k k)` | Bahdanau et al. 2015 |
 # | cosine | `τ · cos(q, k)` | Swin v2 |
 #
+# Why the `sqrt(d)`: unbounded scores (dot, general) grow with `d`, and a softmax over large
+# numbers is nearly one-hot with almost no gradient — it cannot learn to move. attnkit's Luong
+# layer met exactly this on the Bible pairs (width 138): unscaled, its weights piled onto one source
+# token within 50 training steps and stayed there; divided by `sqrt(d)` they stayed spread. The
+# additive score is bounded by its `tanh` and does not need it.
+#
 # Attention was born in machine translation, *before* the Transformer: a recurrent encoder squeezed
 # a whole source sentence into one fixed vector, and long sentences lost their beginnings (the
 # fixed-vector bottleneck). Bahdanau's decoder instead looks back at every encoder state at every
