@@ -121,17 +121,17 @@ def reading(results: dict, lang: str = "en") -> list[str]:
             rnn_all = models["rnn"]["overall"][metric]["mean"]
             out.append(_tr(lang, f"Over the whole test set the fixed-vector model scores {rnn_all:.1f}; {overall}.",
                            f"在整个测试集上，固定向量模型得分 {rnn_all:.1f}；{overall}。"))
-            for n in att:  # a collapsed attention (one-hot rows everywhere) explains a flat, low curve
+            for n in att:  # a saturated attention (one-hot rows) explains a weak attention model
                 focus = models[n].get("attention_focus")
                 if focus and focus["max_weight"]["mean"] >= COLLAPSED:
                     mw, ne = focus["max_weight"]["mean"], focus["normalized_entropy"]["mean"]
                     out.append(_tr(
                         lang,
                         f"{LABELS[n]}'s attention is nearly one-hot: on average {mw:.2f} of each row's weight sits on a single source "
-                        f"token (normalised entropy {ne:.2f}, where 1 is uniform), so it reads one position instead of searching the "
-                        f"source and behaves much like the fixed-vector model.",
+                        f"token (normalised entropy {ne:.2f}, where 1 is uniform). A softmax that saturated passes almost no gradient "
+                        f"back to its score, so this alignment has largely stopped learning where to look.",
                         f"{_label(n, lang)} 的注意力几乎是独热的：平均每行 {mw:.2f} 的权重落在同一个源词元上（归一化熵 {ne:.2f}，1 为均匀），"
-                        f"所以它只读一个位置而不是在源序列中搜索，表现得很像固定向量模型。"))
+                        f"饱和的 softmax 几乎不把梯度传回打分，所以这个对齐基本上已经学不动该看哪里了。"))
             worst = max(att, key=lambda n: drops[n][0])
             margin = drops["rnn"][0] - drops[worst][0]
             noise = drops["rnn"][1] + drops[worst][1]

@@ -119,9 +119,11 @@ class LuongAttention(Seq2SeqAttention):
     scaling (Vaswani et al. 2017 §3.2.1), and ``1.0`` is the paper's unscaled score. Why not 1.0:
     the bilinear score is unbounded (the additive score sits behind a tanh), and at width 138 on
     the Bible pairs the unscaled softmax saturated within 50 Adam steps — 0.95 of each row's weight
-    on one source token, entropy 0.1 nats against 3.5 for uniform, the same token at every output
-    step — after which no gradient moves it: the model is a fixed-vector model in disguise. Scaled,
-    the same run keeps an entropy of about 2.2 nats, like Bahdanau's (2.3–2.5).
+    on one source token, entropy 0.1 nats against 3.5 for uniform — and a saturated softmax passes
+    almost no gradient back to the score. Trained 4 epochs, all three seeds kept one-hot rows
+    (entropy 0.00–0.09 nats), one of them on the last source token at every step: a fixed-vector
+    model in disguise. Scaled, the same run keeps an entropy of about 2.2 nats, like Bahdanau's
+    (2.3–2.5).
     """
 
     def __init__(self, dim: int, *, scale: float | None = None, backend: str = "auto", device=None, dtype=None):
