@@ -332,7 +332,7 @@ def test_hf_sweep_numbers_are_the_committed_sweep():
          f"{c['refused']} refused, {c['mismatch']} differ")
 
 
-SEQ2SEQ_RUNS = ["dates-list-full", "bible-hash-full"]  # committed runs the README tabulates (results/seq2seq/<run>/results.json)
+SEQ2SEQ_RUNS = ["dates-list-full", "bible-hash-full", "bible-hash-30"]  # committed runs the README tabulates (results/seq2seq/<run>/results.json)
 
 
 def seq2seq_lines(run: str) -> list[str]:
@@ -360,6 +360,11 @@ def test_seq2seq_numbers_are_the_committed_runs():
         _has(*seq2seq_lines(run))
         r = _load(ROOT / "results" / "seq2seq" / run / "results.json")["results"]
         _has(*reading(r))  # the README quotes the report's own reading of the run, word for word
+    m30 = _load(ROOT / "results" / "seq2seq" / "bible-hash-30" / "results.json")["results"]["models"]
+    _has(f"(the fixed vector {m30['rnn']['overall']['bleu']['mean']:.1f}, Bahdanau {m30['bahdanau']['overall']['bleu']['mean']:.1f}, "
+         f"Luong {m30['luong']['overall']['bleu']['mean']:.1f})",
+         f"(mean largest weight {m30['luong']['attention_focus']['max_weight']['mean']:.2f}; "
+         f"Bahdanau's {m30['bahdanau']['attention_focus']['max_weight']['mean']:.2f})")
     old = _load(ROOT / "results" / "seq2seq" / "bible-full" / "results.json")["results"]["models"]
     best = max(old, key=lambda n: old[n]["overall"]["bleu"]["mean"])
     _has(f"stayed at or under {old[best]['overall']['bleu']['mean']:.1f} BLEU for every model")

@@ -38,6 +38,8 @@ UNIT_ZH = {"characters": "个字符", "words": "个词", "tokens": "个 token"}
 PAPERS = [
     {"paper": "Bahdanau et al. 2015, arXiv:1409.0473, Table 1 (WMT'14 En→Fr, all test sentences)",
      "without": ("RNNencdec-50", 17.82), "with": ("RNNsearch-50 (additive attention)", 26.75)},
+    {"paper": "Bahdanau et al. 2015, Table 1, the \"-30\" models (trained on sentences of up to 30 words, tested on all)",
+     "without": ("RNNencdec-30", 13.93), "with": ("RNNsearch-30 (additive attention)", 21.50)},
     {"paper": "Luong et al. 2015, arXiv:1508.04025, Table 1 (WMT'14 En→De newstest2014; abstract: +5.0 BLEU)",
      "without": ("reverse + dropout, no attention", 14.0), "with": ("local attention (general) + input feeding", 19.0)},
 ]
