@@ -138,9 +138,10 @@ def attention_focus(model, pairs: list, device, n: int = 256) -> dict[str, float
     source tokens, 0 = one-hot) and of the largest weight. None for a model without alignments, and
     for the Transformer (its cross-attention has several heads and layers; see attnkit.inspect).
 
-    Why: a score that saturates early in training leaves a one-hot row that no gradient moves, the
-    same source token at every step, and the "attention" model is then a fixed-vector model that
-    the BLEU table alone would not reveal (LuongAttention's docstring has the case that prompted it).
+    Why: a score that saturates early in training leaves one-hot rows that pass almost no gradient
+    back to it, so the alignment stops learning where to look (at worst the same source token at
+    every step: a fixed-vector model in disguise), which the BLEU table alone would not reveal
+    (LuongAttention's docstring has the case that prompted it).
     """
     from ..inspect.row_metrics import max_weight, normalized_entropy
 
