@@ -12,7 +12,12 @@ report: $(REPORT_VENV)/.installed
 	-bash .ci/install-data.sh
 	$(REPORT_VENV)/bin/attnkit report --out $(OUT)
 
+# the system pieces the tests use (browser + driver, data packages) are installed where this machine
+# allows (root + apt); elsewhere the tests that need them skip, and pytest's summary prints one
+# line for each, with the command that enables it
 test: $(TEST_VENV)/.installed
+	@bash .ci/install-browser.sh || echo "make test: Chromium + chromedriver not installed; the browser tests will skip"
+	@bash .ci/install-data.sh
 	$(TEST_VENV)/bin/python -m pytest -n 2 --durations=15
 
 bench: $(REPORT_VENV)/.installed

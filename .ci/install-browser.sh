@@ -13,8 +13,8 @@ if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ] && dpkg -s fonts-not
     exit 0
 fi
 
-if [ "$(id -u)" -ne 0 ]; then
-    echo "install-browser.sh: must run as root (apt-get install); got uid $(id -u)" >&2
+if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null; then
+    echo "install-browser.sh: needs root on Debian (apt-get install; uid $(id -u)); run: sudo bash .ci/install-browser.sh" >&2
     exit 1
 fi
 

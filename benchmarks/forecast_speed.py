@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from attnkit.experiments.forecast import MODELS, QUICK, model_kwargs
+from attnkit.experiments.forecast.train import MODELS, QUICK, model_kwargs
 from attnkit.models.forecasters import FORECASTERS, ForecastSpec, create_forecaster
 
 RESULTS = Path(__file__).resolve().parent / "results"

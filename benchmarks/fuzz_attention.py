@@ -4,11 +4,15 @@
 
 Each case (``tests/fuzz/_fuzz_cases.py``: shapes with 1 and tile edges, L ≠ S both ways, B ≥ 1,
 GQA/MQA, every mask kind and &, |, ~ of them, every bias, five scores, fp32/bf16/fp16 with logits up
-to a few hundred, hostile NaN/±inf/1e38 in masked keys) runs forward and backward on every exact
-backend and ``auto``, and out, dq, dk, dv are compared with ``tests/fuzz/_float64_oracle.py`` under
-flash-attention's 2×-the-reference rule (``tests/fuzz/_fuzz_judge.py``). The JSON holds counts per
-backend × dtype × mask × bias (passed / declined / failed), failure classes, each failure's params
-(its repro: ``run_case(params)``), and a summary. The file is rewritten every ``--chunk`` cases;
+to a few hundred, hostile NaN/±inf/1e38 in never-allowed keys, values, query rows and bias entries,
+a NaN in an allowed position of q, k, v or a dense bias, and non-contiguous layouts of q, k, v and
+the bias: ``tests/fuzz/_fuzz_layouts.py``) runs forward and backward on every exact backend and
+``auto``, and out, dq, dk, dv are compared with ``tests/fuzz/_float64_oracle.py`` under
+flash-attention's rule, 2× the float32 reference's own error plus a few ulps, with no allowance
+that grows with the logits (``tests/fuzz/_fuzz_judge.py``). The JSON holds counts per
+backend × dtype × mask × bias (passed / declined / failed), failure classes (backend | dtype | what
+broke | hostile, poisoned, layouts), each failure's params (its repro: ``run_case(params)``), and a
+summary. The file is rewritten every ``--chunk`` cases;
 rerunning with the same ``--out`` and ``--seed`` resumes where it stopped.
 
 Shape legend: q (B, H, L, E), k/v (B, Hkv, S, E/Ev).
@@ -70,10 +74,13 @@ def main(argv: list[str] | None = None) -> int:
             cell = (state["counts"].setdefault(name, {}).setdefault(p["dtype"], {})
                     .setdefault(mask_label(p["mask"]), {}).setdefault(bias_label(p["bias"]), {}))
             cell[v.status] = cell.get(v.status, 0) + 1
+            for tag in _features(p, res):
+                feat = state.setdefault("by_feature", {}).setdefault(name, {}).setdefault(tag, {})
+                feat[v.status] = feat.get(v.status, 0) + 1
             if v.status == "failed":
-                key = failure_key(p, name, v, res.hostile_applied)
+                key = failure_key(p, name, v, res.hostile_applied, res.poisoned)
                 state["classes"][key] = state["classes"].get(key, 0) + 1
-                request = classify(p, name, v, res.hostile_applied)
+                request = classify(p, name, v, res.hostile_applied, res.poisoned)
                 by_req = state.setdefault("requests", {}).setdefault(request, {})
                 by_req[name] = by_req.get(name, 0) + 1
                 group = f"{request}|{name}|{p['dtype']}"
@@ -96,6 +103,17 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _features(p: dict, res) -> list[str]:
+    """The case's layout of each tensor (``q:transposed``, ...), its poisoned tensor and its applied
+    hostile value: the rows of the JSON's ``by_feature`` counts."""
+    tags = [f"layout {n}:{l}" for n, l in sorted((p.get("layout") or {}).items())] or ["layout all:contiguous"]
+    if res.poisoned:
+        tags.append(f"poison {p['poison']['tensor']}:{p['poison']['value']}")
+    if res.hostile_applied:
+        tags.append(f"hostile {p['hostile']}@{p.get('hostile_at', 'kv')}")
+    return tags
+
+
 def summarize(state: dict) -> dict:
     """Totals per backend; failures per open request (``_fuzz_known``) and per
     backend | dtype | numeric or exception | hostile or clean."""
@@ -111,7 +129,8 @@ def summarize(state: dict) -> dict:
     for key, n in state["classes"].items():
         name, dtype, what, hostile = key.split("|")
         kind = "exception" if what.startswith("exception") else "numeric"
-        coarse[f"{name}|{dtype}|{kind}|{hostile.split('=')[0]}"] += n
+        tags = [t.split("=")[0] for t in hostile.split("+")]  # hostile or clean, then poison / layout
+        coarse[f"{name}|{dtype}|{kind}|{'+'.join(tags)}"] += n
     return {
         "cases_run": state["cases_run"],
         "cases_failed": state["cases_failed"],  # cases where at least one backend failed

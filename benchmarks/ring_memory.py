@@ -26,11 +26,14 @@ import argparse
 import json
 import os
 import platform
-import re
+import sys
 import resource
 import time
 from datetime import timedelta
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script: its sibling helpers
+from proc_memory import reset_peak, status_kib  # noqa: E402
 
 import torch
 import torch.distributed as dist
@@ -39,18 +42,6 @@ import torch.multiprocessing as mp
 RESULTS = Path(__file__).resolve().parent / "results" / "ring_memory.json"
 
 
-def _status_kib(field: str) -> int:
-    with open("/proc/self/status") as f:
-        return int(re.search(rf"^{field}:\s+(\d+) kB", f.read(), re.M).group(1))
-
-
-def _reset_peak() -> bool:
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
 
 
 def _naive(q, k, v, causal):
@@ -77,8 +68,8 @@ def _rank_main(rank: int, world_size: int, port: int, cfg: dict, results) -> Non
     dout = torch.randn(B, H, L, E, generator=g) if backward else None
     if method == "ring":
         dist.barrier()  # all ranks ready: the timed call is the ring alone
-    exact = _reset_peak()
-    rss_before = _status_kib("VmRSS")
+    exact = reset_peak()
+    rss_before = status_kib("VmRSS")
     start = time.perf_counter()
     with torch.set_grad_enabled(backward):
         if method == "ring":
@@ -90,7 +81,7 @@ def _rank_main(rank: int, world_size: int, port: int, cfg: dict, results) -> Non
         if backward:
             out.backward(dout)
     seconds = time.perf_counter() - start
-    peak_kib = _status_kib("VmHWM") if exact else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    peak_kib = status_kib("VmHWM") if exact else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     results.put((rank, {"peak_mib": (peak_kib - rss_before) / 1024, "seconds": seconds, "exact": exact}))
     if method == "ring":
         dist.barrier()

@@ -2,7 +2,7 @@
 the KV cache, greedy versus beam 4.
 
 * **training** — each model of the seq2seq experiment (``rnn``, ``bahdanau``, ``luong``,
-  ``transformer``, sized to one parameter budget by :func:`attnkit.experiments.seq2seq_models.match_budget`)
+  ``transformer``, sized to one parameter budget by :func:`attnkit.experiments.seq2seq.models.match_budget`)
   takes ``--steps`` Adam steps on random batches of B sources of S tokens and targets of T tokens;
   reported: target tokens per second (median over steps after a warm-up) and source tokens per
   second; then the same model (untrained, EOS suppressed) decodes T tokens greedily for the last
@@ -33,8 +33,8 @@ from pathlib import Path
 import torch
 
 from attnkit.data.tokenize import BOS, EOS
-from attnkit.experiments.seq2seq_eval import token_loss
-from attnkit.experiments.seq2seq_models import MODELS, build, match_budget
+from attnkit.experiments.seq2seq.evaluate import token_loss
+from attnkit.experiments.seq2seq.models import MODELS, build, match_budget
 from attnkit.models.decoding import beam_search, greedy_decode
 from attnkit.models.transformer import Seq2SeqTransformer
 

@@ -1,9 +1,9 @@
 """Headless Chromium for the tests that open real pages (the viewer, the report).
 
-Needs Debian's chromium + chromium-driver (``bash .ci/install-browser.sh``). Importing this module
-skips the calling test module when /usr/bin/chromium is absent — a failure instead when
-ATTNKIT_REQUIRE_BROWSER is set, as .ci/run does. Selenium Manager is never used (the driver path is
-given), so nothing is downloaded.
+Needs Debian's chromium + chromium-driver (``bash .ci/install-browser.sh``, which ``make test``
+runs where it can). Importing this module skips the calling test module when either binary is
+absent — a failure instead when ATTNKIT_REQUIRE_BROWSER is set, as .ci/run does. Selenium Manager is
+never used (the driver path is given), so nothing is downloaded.
 """
 
 from __future__ import annotations
@@ -11,14 +11,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import pytest
+from _browser_gate import CHROMEDRIVER, CHROMIUM, require_browser
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMEDRIVER = Path("/usr/bin/chromedriver")
-if not CHROMIUM.exists():
-    if os.environ.get("ATTNKIT_REQUIRE_BROWSER"):  # CI sets it: there a missing browser is a failure
-        pytest.fail("ATTNKIT_REQUIRE_BROWSER is set but /usr/bin/chromium is missing; run bash .ci/install-browser.sh", pytrace=False)
-    pytest.skip("needs /usr/bin/chromium; install it with: bash .ci/install-browser.sh", allow_module_level=True)
+require_browser(bool(os.environ.get("ATTNKIT_REQUIRE_BROWSER")))  # CI sets it: there a missing browser fails
 
 from selenium import webdriver  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
@@ -29,8 +24,6 @@ FLAGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-u
 
 def start_chromium(profile_dir: Path, *, window: str, page_load_timeout: float) -> webdriver.Chrome:
     """A headless Chromium with its own profile folder, browser console logs kept, window ``"W,H"``."""
-    if not CHROMEDRIVER.exists():
-        pytest.fail("/usr/bin/chromium is installed but /usr/bin/chromedriver is not: run .ci/install-browser.sh")
     opts = webdriver.ChromeOptions()
     opts.binary_location = str(CHROMIUM)
     for flag in [*FLAGS, f"--window-size={window}", f"--user-data-dir={profile_dir}"]:

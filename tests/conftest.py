@@ -42,3 +42,18 @@ def _seed_torch():
     """Every test starts from the same RNG state, whatever ran before it on this worker."""
     torch.manual_seed(0)
     yield
+
+
+def pytest_terminal_summary(terminalreporter):
+    """One line per thing this machine lacks (a browser, a data file), however many tests it covers:
+    the skips whose reason says ``enable with:``, followed by the command that enables them."""
+    reasons: dict[str, None] = {}  # ordered, one entry per distinct reason
+    for rep in terminalreporter.stats.get("skipped", []):
+        reason = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
+        reason = reason.removeprefix("Skipped: ")
+        if "enable with:" in reason:
+            reasons[reason] = None
+    if reasons:
+        terminalreporter.section("not tested on this machine", sep="-", bold=False)
+        for reason in reasons:
+            terminalreporter.write_line(reason)

@@ -83,7 +83,7 @@ def test_bad_viz_input_is_one_line(args, needle, capsys):
 def test_out_that_is_a_file_or_unwritable_fails_before_work(cmd, tmp_path, capsys, monkeypatch):
     # any work would call these: make them explode so "before any work" is checked
     import attnkit.bench.harness as harness
-    import attnkit.experiments.minilm_viz as mv
+    import attnkit.experiments.minilm.viz as mv
     import attnkit.report.build as build
 
     def boom(*a, **k):
@@ -170,7 +170,7 @@ class _StubTok:
 
 
 def _stub_viz(monkeypatch, seen):
-    import attnkit.experiments.minilm_viz as mv
+    import attnkit.experiments.minilm.viz as mv
     import attnkit.models.bert_loader as bl
 
     def fake_run_viz(text, out, *, tokenizer, focus, max_length):

@@ -86,8 +86,8 @@ def test_every_python_block_runs_as_written(heading, line, code, tmp_path, monke
 def _parse(argv: list[str]):
     """Parse ``argv`` (after ``attnkit``) with the real parsers; SystemExit(0) from --help/--list is fine."""
     if argv and argv[0] == "experiment":
-        from attnkit.experiments.command import build_parser
-        from attnkit.experiments.registry import get
+        from attnkit.experiments.lab.command import build_parser
+        from attnkit.experiments.lab.registry import get
 
         if argv[1:2] in (["--list"], ["--help"]):
             return None
@@ -135,7 +135,7 @@ def test_the_setup_versions_are_the_makefile_and_pyproject_ones():
 
 
 def test_commands_experiments_and_course_are_documented():
-    from attnkit.experiments.registry import experiments
+    from attnkit.experiments.lab.registry import experiments
 
     for flag in ("--lang zh", "--force", "--results DIR", "--quick", "--full", "--seeds N", "--out DIR", "--resume", "attnkit doctor"):
         assert flag in TEXT, flag
@@ -337,7 +337,7 @@ SEQ2SEQ_RUNS = ["dates-list-full", "bible-hash-full", "bible-hash-30"]  # commit
 
 def seq2seq_lines(run: str) -> list[str]:
     """The README's per-bucket table of one committed seq2seq run and its run line, from the JSON."""
-    from attnkit.experiments.seq2seq_plots import LABELS
+    from attnkit.experiments.seq2seq.plots import LABELS
 
     doc = _load(ROOT / "results" / "seq2seq" / run / "results.json")
     r = doc["results"]
@@ -354,7 +354,7 @@ def seq2seq_lines(run: str) -> list[str]:
 
 
 def test_seq2seq_numbers_are_the_committed_runs():
-    from attnkit.experiments.seq2seq_report import reading
+    from attnkit.experiments.seq2seq.section import reading
 
     for run in SEQ2SEQ_RUNS:
         _has(*seq2seq_lines(run))

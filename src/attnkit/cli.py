@@ -61,7 +61,7 @@ def _parser() -> argparse.ArgumentParser:
                    help=f"keep at most this many tokens, [CLS] and [SEP] included (default 128, at most {MODEL_MAX_TOKENS})")
     sub.add_parser("backends", help="list registered backends")
     sub.add_parser("doctor", help="check torch, the backends, the data packages and files, the browser; say what to install")
-    # parsed by attnkit.experiments.command, which knows each experiment's own flags
+    # parsed by attnkit.experiments.lab.command, which knows each experiment's own flags
     sub.add_parser("experiment", add_help=False,
                    help="run a registered experiment: attnkit experiment NAME [--quick|--full] ... (--list for the names)")
     return p
@@ -103,7 +103,7 @@ def _viz(args) -> int:
     if not 2 <= args.max_length <= MODEL_MAX_TOKENS:
         raise CliError(f"--max-length must be in [2, {MODEL_MAX_TOKENS}] (the model's limit); got {args.max_length}")
     check_out_dir(args.out)
-    from .experiments.minilm_viz import run_viz
+    from .experiments.minilm.viz import run_viz
     from .models.bert_loader import BertTokenizer
 
     tokenizer = BertTokenizer(max_length=args.max_length)
@@ -120,7 +120,7 @@ def _viz(args) -> int:
 
 def _run(argv: list[str]) -> int:
     if argv and argv[0] == "experiment":
-        from .experiments.command import main as experiment_main
+        from .experiments.lab.command import main as experiment_main
 
         return experiment_main(argv[1:])
     parser = _parser()

@@ -4,8 +4,10 @@ Tolerance follows flash-attention's tests: a backend's float32 error against the
 reference must be at most ``FACTOR`` × the float32 reference's own error (plus a few-ulp floor for
 cases where that error is 0 by luck). Gradients of q, k, v are held to the same rule. Backends come
 from ``attnkit.available_backends()`` at collection time, so a newly registered backend
-(``blockwise``) is tested without editing this file; a combination it declines through
-``supports(call)`` is skipped with its reason, approximate backends are left out.
+(``blockwise``) is tested without editing this file. Which cases each backend serves is pinned in
+``tests/backends/_backend_coverage.py``: only those are generated, and a backend that declines one
+of them through ``supports(call)`` fails with its reason (never a skip). Approximate backends are
+left out.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import pytest
 import torch
 
 import attnkit
+from _backend_coverage import served
 from _core_cases import BIASES, MASKS, SCORES, SHAPES, exact_backends, make_qkv, max_err
 from attnkit import masks as M
 from attnkit.core import registry
@@ -63,12 +66,24 @@ def _run(backend, shape, score, mask, bias, dtype, return_weights=False):
     return res, (q.grad, k.grad, v.grad)
 
 
+def _is_square(shape_name):
+    return SHAPES[shape_name][3] == SHAPES[shape_name][4]
+
+
+def _declines(backend, q, k, v, **kw):
+    """``supports``'s reason for declining a call, or None where the backend serves it."""
+    return registry.get(backend.split("@")[0]).supports(make_call(q, k, v, **kw))
+
+
 def _params():
-    """(backend, *combo). Every combination runs on the GQA L < S shape; the square shape (where
-    sdpa uses ``is_causal``) and the small-tile variant run on fewer scores (suite time)."""
+    """(backend, *combo) for each case the coverage table says the backend serves. Every served
+    combination runs on the GQA L < S shape; the square shape (where sdpa uses ``is_causal``) and
+    the small-tile variant run on fewer scores (suite time)."""
     out = []
     for backend in _variants():
         for c in COMBOS:
+            if not served(backend, *c[1:], square=_is_square(c[0])):
+                continue
             if c[0] == "square" and c[1] not in ("default", "dot", "cosine"):
                 continue
             if "@" in backend and (c[0] != "rect-gqa" or c[1] not in ("default", "general")):
@@ -83,9 +98,8 @@ def test_backend_matches_reference(backend, shape_name, score_name, mask_name, b
     torch.manual_seed(0)
     score, mask, bias = SCORES[score_name](shape), MASKS[mask_name](shape), BIASES[bias_name](shape)
     q, k, v = make_qkv(shape)
-    why = registry.get(backend.split("@")[0]).supports(make_call(q, k, v, score=score, mask=mask, bias=bias))
-    if why is not None:
-        pytest.skip(f"{backend} declines: {why}")
+    why = _declines(backend, q, k, v, score=score, mask=mask, bias=bias)
+    assert why is None, f"{backend} declines a case the coverage table says it serves: {why}"
 
     ref64, g64 = _run("reference", shape, score, mask, bias, torch.float64)
     ref32, g32 = _run("reference", shape, score, mask, bias, torch.float32)
@@ -116,16 +130,16 @@ def test_the_tolerance_can_fail():
     assert max_err(wrong.out, ref64.out) > tol
 
 
-@pytest.mark.parametrize("backend", _variants())
+@pytest.mark.parametrize("backend", [b for b in _variants() if served(b, "default", "none", "none", weights=True)])
 @pytest.mark.parametrize("mask_name", list(MASKS))
 def test_backend_weights_match_reference(backend, mask_name):
-    """Backends that can return weights return the reference's weights (rows of 0 where fully masked)."""
+    """Backends that return weights (per the coverage table) return the reference's weights (rows
+    of 0 where fully masked)."""
     shape = SHAPES["rect-gqa"]
     mask = MASKS[mask_name](shape)
     q, k, v = make_qkv(shape)
-    why = registry.get(backend.split("@")[0]).supports(make_call(q, k, v, mask=mask, return_weights=True))
-    if why is not None:
-        pytest.skip(f"{backend} declines: {why}")
+    why = _declines(backend, q, k, v, mask=mask, return_weights=True)
+    assert why is None, f"{backend} declines weights the coverage table says it returns: {why}"
     ref64, _ = _run("reference", shape, None, mask, None, torch.float64, return_weights=True)
     ref32, _ = _run("reference", shape, None, mask, None, torch.float32, return_weights=True)
     got, _ = _run(backend, shape, None, mask, None, torch.float32, return_weights=True)
@@ -141,10 +155,10 @@ def test_float64_backends_agree_tightly():
     # in the score dtype by the reference, a 1e-8 difference in float64 (reported, not fixed here)
     kw = dict(mask=MASKS["pad_left"](shape) & MASKS["causal_br"](shape), bias=BIASES["alibi"](shape))
     ref = attnkit.attention(q, k, v, backend="reference", **kw).out
-    for name in exact_backends():
-        if registry.get(name).supports(make_call(q, k, v, **kw)) is None:
-            got = attnkit.attention(q, k, v, backend=name, **kw).out
-            torch.testing.assert_close(got, ref, rtol=0, atol=1e-12, msg=lambda m: f"backend {name}: {m}")
+    for name in exact_backends():  # every exact backend serves a padding & causal mask with ALiBi
+        assert _declines(name, q, k, v, **kw) is None, f"{name} declines: {_declines(name, q, k, v, **kw)}"
+        got = attnkit.attention(q, k, v, backend=name, **kw).out
+        torch.testing.assert_close(got, ref, rtol=0, atol=1e-12, msg=lambda m: f"backend {name}: {m}")
 
 
 hyp = pytest.importorskip("hypothesis")
@@ -155,18 +169,20 @@ from hypothesis import strategies as st  # noqa: E402
 @settings(max_examples=300)
 @given(
     B=st.integers(1, 2), Hkv=st.integers(1, 2), g=st.integers(1, 3), L=st.integers(1, 9), S=st.integers(1, 9),
-    E=st.integers(1, 6), Ev=st.integers(1, 5), backend=st.sampled_from(_variants()),
-    mask_name=st.sampled_from(list(MASKS)), bias_name=st.sampled_from(list(BIASES)),
-    score_name=st.sampled_from(["default", "dot", "cosine"]), seed=st.integers(0, 1000),
+    E=st.integers(1, 6), Ev=st.integers(1, 5),
+    backend_bias=st.sampled_from([(b, n) for b in _variants() for n in BIASES if served(b, "default", "none", n)]),
+    mask_name=st.sampled_from(list(MASKS)), score_name=st.sampled_from(["default", "dot", "cosine"]), seed=st.integers(0, 1000),
 )
-def test_random_shapes_agree_in_float64(B, Hkv, g, L, S, E, Ev, backend, mask_name, bias_name, score_name, seed):
-    """Odd shapes (L or S = 1, E = 1, S < L, GQA 3:1) in float64: every backend equals the reference to 1e-10."""
+def test_random_shapes_agree_in_float64(B, Hkv, g, L, S, E, Ev, backend_bias, mask_name, score_name, seed):
+    """Odd shapes (L or S = 1, E = 1, S < L, GQA 3:1) in float64: every backend equals the reference
+    to 1e-10, on the biases the coverage table says it serves (the masks and scores here it serves all)."""
+    backend, bias_name = backend_bias
     shape = (max(B, 2) if mask_name.startswith("pad") else B, Hkv * g, Hkv, L, S, E, Ev)
     torch.manual_seed(seed)
     mask, bias, score = MASKS[mask_name](shape), BIASES[bias_name](shape), SCORES[score_name](shape)
     q, k, v = make_qkv(shape, torch.float64, seed=seed)
-    if registry.get(backend.split("@")[0]).supports(make_call(q, k, v, score=score, mask=mask, bias=bias)) is not None:
-        return
+    why = _declines(backend, q, k, v, score=score, mask=mask, bias=bias)
+    assert why is None, f"{backend} declines a case the coverage table says it serves: {why}"
     ref = attnkit.attention(q, k, v, score=score, mask=mask, bias=bias, backend="reference")
     with _tiles(backend) as name:
         got = attnkit.attention(q, k, v, score=score, mask=mask, bias=bias, backend=name)

@@ -147,3 +147,47 @@ def test_bad_masks_fail_the_same_way_on_every_backend(backend, kw, exc, word):
     """Validation happens before dispatch, so the error does not depend on which backend would run."""
     with pytest.raises(exc, match=word):
         A(q, k, v, backend=backend, **kw)
+
+
+# A 2-D mask reads as (L, S); with B == L it could be a (B, S) padding mask: refused, and the two
+# explicit spellings the error names give the two readings.
+def test_two_d_mask_with_batch_equal_to_length_is_refused_and_both_spellings_work():
+    g = torch.Generator().manual_seed(0)
+    qq, kk, vv = (torch.randn(3, 2, 3, 8, generator=g), torch.randn(3, 2, 5, 8, generator=g), torch.randn(3, 2, 5, 8, generator=g))
+    m2 = torch.rand(3, 5, generator=g) > 0.4
+    m2[:, 0] = True
+    with pytest.raises(ValueError, match=r"mask of shape \(3, 5\) is ambiguous") as err:
+        A(qq, kk, vv, mask=m2)
+    assert "(B, 1, 1, S)" in str(err.value) and "(1, 1, L, S)" in str(err.value)
+    as_ls = A(qq, kk, vv, mask=m2[None, None]).out  # one (L, S) mask for every sequence
+    as_pad = A(qq, kk, vv, mask=m2[:, None, None]).out  # row b's key padding
+    for b in range(3):
+        for i in range(3):
+            want_ls = A(qq[b:b + 1, :, i:i + 1], kk[b:b + 1, :, m2[i]], vv[b:b + 1, :, m2[i]], backend="reference").out
+            want_pad = A(qq[b:b + 1, :, i:i + 1], kk[b:b + 1, :, m2[b]], vv[b:b + 1, :, m2[b]], backend="reference").out
+            torch.testing.assert_close(as_ls[b:b + 1, :, i:i + 1], want_ls)
+            torch.testing.assert_close(as_pad[b:b + 1, :, i:i + 1], want_pad)
+    A(q, k, v, mask=torch.ones(4, 5, dtype=torch.bool))  # B=1: one reading, accepted
+    with pytest.raises(ValueError, match="ambiguous"):
+        MHA(8, 2)(torch.randn(3, 3, 8), mask=m2[:, :3])
+
+
+# Double backward through the blockwise backend: first-order gradients under create_graph=True are
+# the usual ones; differentiating them again is a clear error naming the backend to use.
+def test_blockwise_double_backward_says_it_is_unsupported_and_names_the_reference():
+    g = torch.Generator().manual_seed(0)
+    qq, kk, vv = (torch.randn(1, 2, 5, 4, dtype=torch.float64, generator=g).requires_grad_() for _ in range(3))
+
+    def f(backend):
+        return lambda q_, k_, v_: A(q_, k_, v_, mask=M.causal(), backend=backend).out
+
+    with pytest.raises(RuntimeError, match="double backward.*backend='reference'"):
+        torch.autograd.gradgradcheck(f("blockwise"), (qq, kk, vv))
+    assert torch.autograd.gradgradcheck(f("reference"), (qq, kk, vv))
+    out = f("blockwise")(qq, kk, vv)
+    first = torch.autograd.grad(out.square().sum(), (qq, kk, vv), create_graph=True)
+    want = torch.autograd.grad(f("reference")(qq, kk, vv).square().sum(), (qq, kk, vv))
+    for a, b in zip(first, want):
+        torch.testing.assert_close(a, b)
+    with pytest.raises(RuntimeError, match="double backward"):  # a gradient penalty differentiates them again
+        sum(t.square().sum() for t in first).backward()

@@ -6,7 +6,10 @@
   keys and values together changes nothing;
 * causal prefix invariance: changing tokens at positions >= t never changes outputs before t.
 
-The last two run on every exact backend (new ones are picked up from the registry).
+The first runs on the backends that return weights (reference and blockwise; SDPA gives none), the
+last two on every exact backend (new ones are picked up from the registry). Which backend serves
+which case is pinned in ``tests/backends/_backend_coverage.py``; a backend that declines a case the
+table says it serves fails here, it is never swapped for ``reference`` or skipped.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import pytest
 import torch
 
 import attnkit
+from _backend_coverage import served
 from _core_cases import exact_backends
 from attnkit import biases as Bi
 from attnkit import masks as M
@@ -26,6 +30,7 @@ from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 BACKENDS = ["reference"] + exact_backends()
+WEIGHT_BACKENDS = [b for b in BACKENDS if served(b, "default", "tensor", "alibi", weights=True)]
 
 
 @st.composite
@@ -50,21 +55,22 @@ def _qkv(shape, seed, dtype=torch.float64):
     )
 
 
-def _supports(backend, q, k, v, **kw):
-    return registry.get(backend).supports(make_call(q, k, v, **kw)) is None
+def _require_served(backend, q, k, v, **kw):
+    """Fails (never skips) when ``backend`` declines a call the coverage table says it serves."""
+    why = registry.get(backend).supports(make_call(q, k, v, **kw))
+    assert why is None, f"{backend} declines a case tests/backends/_backend_coverage.py says it serves: {why}"
 
 
 @settings(max_examples=300)
 @given(shape=shapes(), seed=st.integers(0, 2**31 - 1), p_keep=st.sampled_from([0.0, 0.2, 0.6, 1.0]), biased=st.booleans(),
-       backend=st.sampled_from(BACKENDS))
+       backend=st.sampled_from(WEIGHT_BACKENDS))
 def test_rows_sum_to_one_and_masked_weights_are_exactly_zero(shape, seed, p_keep, biased, backend):
     q, k, v = _qkv(shape, seed)
     B, H, _, L, S, _, _ = shape
     g = torch.Generator().manual_seed(seed + 1)
     allowed = torch.rand(B, H, L, S, generator=g) < p_keep
     bias = Bi.ALiBi(H) if biased else None
-    if not _supports(backend, q, k, v, mask=allowed, bias=bias, return_weights=True):
-        backend = "reference"  # this backend gives no weights; the property is still checked
+    _require_served(backend, q, k, v, mask=allowed, bias=bias, return_weights=True)
     res = attnkit.attention(q, k, v, mask=allowed, bias=bias, return_weights=True, backend=backend)
     w = res.weights
     assert torch.isfinite(w).all() and torch.isfinite(res.out).all()
@@ -82,8 +88,7 @@ def test_permutation_equivariance(shape, seed, backend, score):
     q, k, v = _qkv(shape, seed)
     g = torch.Generator().manual_seed(seed)
     pq, pk = torch.randperm(shape[3], generator=g), torch.randperm(shape[4], generator=g)
-    if not _supports(backend, q, k, v, score=score):
-        return
+    _require_served(backend, q, k, v, score=score)
     out = attnkit.attention(q, k, v, score=score, backend=backend).out
     permuted = attnkit.attention(q[:, :, pq], k[:, :, pk], v[:, :, pk], score=score, backend=backend).out
     torch.testing.assert_close(permuted, out[:, :, pq], rtol=0, atol=1e-12)
@@ -98,8 +103,7 @@ def test_causal_prefix_invariance(shape, seed, backend, extra, data):
     t = data.draw(st.integers(0, L - 1))
     mask = M.causal() & M.sliding_window(left=2, right=0) if extra == "window" else M.causal()
     bias = Bi.ALiBi(shape[1]) if extra == "alibi" else None
-    if not _supports(backend, q, k, v, mask=mask, bias=bias):
-        return
+    _require_served(backend, q, k, v, mask=mask, bias=bias)
     q2, k2, v2 = _qkv(shape, seed + 1)
     q2[:, :, :t], k2[:, :, :t], v2[:, :, :t] = q[:, :, :t], k[:, :, :t], v[:, :, :t]  # same prefix, new future
     a = attnkit.attention(q, k, v, mask=mask, bias=bias, backend=backend).out

@@ -3,8 +3,9 @@
 ``chunk_codes`` is checked against the dense mask (a pair is skipped only if no pair of positions in
 it may attend; with chunk-aligned chunked/causal masks every such pair is skipped). One spawn of 2
 gloo ranks runs every case in float64 against ``attnkit.attention(..., backend="reference")`` on the
-gathered sequence (forward and the three gradients, agreement to rounding), and one case gives the
-ring NaN values in a chunk that only skipped pairs could read.
+gathered sequence (forward and the three gradients, agreement to rounding); the ring's plan of
+blocks is checked to leave a skipped pair out. (NaN inputs take the gathered reference path, where
+a NaN value reaches rows that a mask hides it from as ``0 · NaN``: tests/core/test_nan_paths.py.)
 """
 
 from __future__ import annotations
@@ -68,9 +69,21 @@ def _cases():
         dict(base, name="alibi-causal", layout="zigzag", L=24, mask=M.causal(), bias=Bi.ALiBi(4)),
         dict(base, name="t5-window", layout="contiguous", L=23, mask=M.sliding_window(left=4, right=4), bias=t5),
         dict(base, name="shaw-no-mask", layout="contiguous", L=24, bias=Bi.RelativePositionBias(4, max_distance=3).requires_grad_(False)),
-        # contiguous chunks of 12 and a chunked mask of 12: rank 1's queries never read keys 0..11
-        dict(base, name="nan-in-skipped-pair", layout="contiguous", L=24, mask=M.chunked(12), nan_chunk=(0, 12), clean_rows=slice(12, 24)),
     ]
+
+
+def test_a_skipped_pair_is_not_computed():
+    """Contiguous chunks of 12 and a chunked mask of 12: rank 1 holding rank 0's keys plans no block
+    (no FLOPs), and its own keys one full-width block."""
+    from attnkit.distributed.ring_attention import _plan, _RingConfig
+
+    mask = M.chunked(12)
+    codes = tuple(map(tuple, chunk_codes(mask, "contiguous", 2, 12, 24)))
+    cfg = _RingConfig(group=None, rank=1, world_size=2, scale=1.0, layout="contiguous", seq_len=24, timeout=None,
+                      mask=mask, codes=codes)
+    assert _plan(cfg, 0, 12, torch.device("cpu")) == []
+    (own,) = _plan(cfg, 1, 12, torch.device("cpu"))
+    assert (own.q, own.k) == (slice(0, 12), slice(0, 12))
 
 
 @pytest.fixture(scope="module")

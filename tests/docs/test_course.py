@@ -1,6 +1,8 @@
 """The course never rots: every lesson and every solution in docs/course/ runs as a plain script at
-its small size, and the Chinese course mirrors the English one lesson for lesson and section for
-section (the same files, the same number of markdown headings and exercises)."""
+its small size and asserts the claims it prints (a parity within its dtype's rounding, a mask that
+leaks nothing, a formula that matches a count), so a wrong step fails the run instead of printing a
+wrong number; and the Chinese course mirrors the English one lesson for lesson and section for
+section (the same files, the same number of markdown headings and exercises, the same code)."""
 
 from __future__ import annotations
 
@@ -42,6 +44,13 @@ def test_lesson_runs(rel, tmp_path):
         [sys.executable, str(COURSE / rel)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
     )
     assert proc.returncode == 0, f"{rel} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
+
+
+@pytest.mark.parametrize("rel", [p for p in LESSONS if p.parts[0] == "en"], ids=str)
+def test_every_lesson_and_solution_asserts_its_claims(rel):
+    """A script that only prints passes whatever it computes; each one checks what it shows."""
+    asserts = [line for line in _code_without_comments(COURSE / rel) if re.match(r"\s*(assert |torch\.testing\.assert_close\(|np\.testing\.assert)", line)]
+    assert len(asserts) >= (2 if rel.parts[1] == "solutions" else 3), f"{rel} asserts {len(asserts)} of its claims"
 
 
 def test_every_lesson_has_exercises_and_solutions():

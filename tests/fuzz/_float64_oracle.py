@@ -13,6 +13,14 @@ Attention (Vaswani et al. 2017, https://arxiv.org/abs/1706.03762)::
     p[b, h, i, :] = softmax over the allowed j; p = 0 where masked, all-zero rows when none allowed
     o[b, h, i] = sum_j p[b, h, i, j] v[b, h // g, j]
 
+Non-finite inputs (NaN, ±inf) follow from the formula, evaluated over allowed pairs only: a score
+of a masked pair is -inf whatever q, k or a bias hold there, and a masked pair adds nothing to the
+output (not ``0 · v``), so a NaN a row may not see never reaches it; a row whose allowed scores hold
+a NaN (from q, k or a bias) is NaN (its max and every weight are); a NaN value entry v[j, e] makes
+column e NaN in every row of that head that may see any key (``0 · NaN`` reaches rows the mask hides
+key j from, as in every peer), unless no row of the head may see key j (a dead key: padding, unused
+cache slots, which never leaks); a row with no allowed key is 0 (and its gradients 0).
+
 Positions: query i sits at key position ``i + off`` with ``off = S - L`` for ``bottom_right``
 alignment (FlashAttention, decoding) and ``off = 0`` for ``top_left`` (SDPA's ``is_causal``).
 
@@ -166,8 +174,19 @@ def scores(spec: dict, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     dt = q.dtype
     if kind in ("dot", "scaled_dot"):
         return torch.einsum("bhle,bhse->bhls", q, k)
-    if kind == "general":
+    if kind == "dot_reduced":  # products, then a sum reduction: no GEMM
+        return (q[..., :, None, :] * k[..., None, :, :]).sum(-1)
+    if kind == "general_reduced":
         w = torch.as_tensor(spec["w"], dtype=dt)
+        qw = q @ w if w.dim() == 2 else torch.einsum("bhle,hef->bhlf", q, w)
+        return (qw[..., :, None, :] * k[..., None, :, :]).sum(-1)
+    if kind == "dot_flipped":  # the same dot product from the other GEMM, summed over E in reverse
+        return (k.flip(-1) @ q.flip(-1).transpose(-1, -2)).transpose(-1, -2)
+    if kind in ("general", "general_flipped"):
+        w = torch.as_tensor(spec["w"], dtype=dt)
+        if kind == "general_flipped":  # q (W kᵀ) instead of (q W) kᵀ
+            kw = torch.einsum("ef,bhsf->bhse", w, k) if w.dim() == 2 else torch.einsum("hef,bhsf->bhse", w, k)
+            return (kw.flip(-1) @ q.flip(-1).transpose(-1, -2)).transpose(-1, -2)
         if w.dim() == 2:
             return torch.einsum("bhle,ef,bhsf->bhls", q, w, k)
         return torch.einsum("bhle,hef,bhsf->bhls", q, w, k)
@@ -187,15 +206,28 @@ def scores(spec: dict, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
 
 # attention ---------------------------------------------------------------------------------------
 def attention(q, k, v, *, score: dict, scale: float, mask: dict | None, biases: list[dict], dtype=torch.float64,
-              stats: dict | None = None):
+              stats: dict | None = None, order: int = 0):
     """Output (B, H, L, Ev) in ``dtype``, differentiable in q, k, v (which may require grad).
-    ``stats``, if given, receives ``max_logit``: the largest |logit| among allowed pairs."""
+    ``stats``, if given, receives ``max_logit``: the largest |logit| among allowed pairs.
+    ``order`` 1 evaluates the same formula in another equally valid float order: a dot score as
+    (k · (scale q)ᵀ)ᵀ summed over E in reverse instead of (q kᵀ) · scale (another GEMM, the scale
+    rounded into q), a general one as q (W kᵀ) instead of (q W) kᵀ, and the output as (vᵀ pᵀ)ᵀ;
+    ``order`` 2 forms the products and sums them with a reduction instead of a GEMM, for scores
+    and output. In float64 all agree to ~1e-16; in float32 each is one sample of the rounding any
+    float32 implementation carries (``_fuzz_judge`` takes the largest)."""
     B, H, L, _ = q.shape
     S = k.shape[2]
     g = H // k.shape[1]
     q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
     kx, vx = torch.repeat_interleave(k, g, dim=1), torch.repeat_interleave(v, g, dim=1)
-    s = scores(score, q, kx) * scale
+    if order == 1 and score["kind"] in ("dot", "scaled_dot"):
+        s = _pairwise_scores({"kind": "dot_flipped"}, q * scale, kx)
+    elif order == 1 and score["kind"] == "general":
+        s = _pairwise_scores({**score, "kind": "general_flipped"}, q, kx) * scale
+    elif order == 2 and score["kind"] in ("dot", "scaled_dot", "general"):
+        s = _pairwise_scores({**score, "kind": "general_reduced" if score["kind"] == "general" else "dot_reduced"}, q, kx) * scale
+    else:
+        s = _pairwise_scores(score, q, kx) * scale
     for spec in biases:  # in order: additive ones add, soft-capping squashes what came before
         if spec["kind"] == "softcap":
             s = spec["cap"] * torch.tanh(s / spec["cap"])
@@ -209,8 +241,54 @@ def attention(q, k, v, *, score: dict, scale: float, mask: dict | None, biases: 
     row_max = torch.where(ok.any(-1, keepdim=True), s.amax(-1, keepdim=True), torch.zeros_like(s[..., :1])).detach()
     e = torch.where(ok, torch.exp(s - row_max), torch.zeros_like(s))
     z = e.sum(-1, keepdim=True)
-    p = e / torch.where(z > 0, z, torch.ones_like(z))
-    return p @ vx
+    # masked pairs weigh exactly 0 even in a NaN row (0 / NaN would be NaN and reach dv of keys it may not see)
+    p = torch.where(ok, e / torch.where(z != 0, z, torch.ones_like(z)), torch.zeros_like(s))
+    out = _weighted_values(p, vx, ok)
+    if order == 1 and bool(torch.isfinite(vx.detach()).all()):
+        out = (vx.transpose(-1, -2) @ p.transpose(-1, -2)).transpose(-1, -2)
+    elif order == 2 and bool(torch.isfinite(vx.detach()).all()):
+        out = (p[..., None] * vx[:, :, None, :, :]).sum(-2)
+    return out
+
+
+def _pairwise_scores(spec: dict, q: torch.Tensor, kx: torch.Tensor) -> torch.Tensor:
+    """``scores`` where a non-finite entry of query row i or key row j reaches score (i, j) only.
+
+    A matmul's gradient mixes every pair (dq_i = sum_j ds_ij k_j: 0 · NaN from a masked NaN key is
+    NaN), so the scores are computed from q and k with their non-finite rows zeroed, and the
+    pairs touching such a row take their true (non-finite) value straight through: the forward sees
+    it, and its gradient flows into the zeroed computation — NaN where the pair is allowed (its row
+    is NaN), 0 where it is masked. Without non-finite inputs this is ``scores``."""
+    bad_q = ~torch.isfinite(q.detach()).all(-1)  # (B, H, L)
+    bad_k = ~torch.isfinite(kx.detach()).all(-1)  # (B, H, S)
+    if not bool(bad_q.any() or bad_k.any()):
+        return scores(spec, q, kx)
+    clean = scores(spec, torch.where(bad_q[..., None], 0.0, q), torch.where(bad_k[..., None], 0.0, kx))
+    true = scores(spec, q.detach(), kx.detach())
+    pair = bad_q[..., :, None] | bad_k[..., None, :]
+    return torch.where(pair, clean + (true - clean).detach(), clean)
+
+
+def _weighted_values(p: torch.Tensor, vx: torch.Tensor, ok: torch.Tensor) -> torch.Tensor:
+    """sum over allowed j of p[..., i, j] v[..., j, :]: p @ v, except that a non-finite value row
+    reaches only the queries allowed to see it (``0 · NaN`` would be NaN). p, ok (B, H, L, S); vx (B, H, S, Ev)."""
+    bad = (~torch.isfinite(vx.detach()).all(-1)).any(dim=(0, 1))  # (S,) keys holding a non-finite value
+    if not bool(bad.any()):
+        return p @ vx
+    j = torch.nonzero(bad).flatten()
+    clean = torch.where(bad[None, None, :, None], torch.zeros_like(vx), vx)
+    okj = ok[..., j]  # (B, H, L, J)
+    zero = torch.zeros((), dtype=vx.dtype)
+    # select before multiplying, so neither the product nor its gradient sees 0 · NaN on masked pairs
+    vj = torch.where(okj[..., None], vx[:, :, None, j], zero)  # (B, H, L, J, Ev)
+    pj = torch.where(okj, p[..., j], zero)[..., None]  # (B, H, L, J, 1)
+    # a value a row may not see still reaches it as 0 · v when another row of its head sees that key
+    # (attnkit's documented semantics, as in every peer: a causal mask does not hide a NaN value from
+    # earlier rows); keys no row of the head sees are dead and rows that see nothing are 0
+    live = okj.any(-2, keepdim=True)  # (B, H, 1, J)
+    hidden = live & ~okj & ok.any(-1, keepdim=True)  # (B, H, L, J)
+    vh = torch.where(hidden[..., None], vx.detach()[:, :, None, j] * zero, zero)  # 0 · v: NaN where v is not finite
+    return p @ clean + (pj * vj).sum(-2) + vh.sum(-2)
 
 
 def dead_keys(mask: dict | None, B: int, H: int, Hkv: int, L: int, S: int) -> np.ndarray:

@@ -1,7 +1,9 @@
 """The differential fuzz's cases, in one place: draw them, build them, run them, judge them.
 
 A case is a JSON-able dict of parameters (``draw_case``) — shapes, dtype, score, mask and bias
-specs, blockwise tile sizes, a hostile value for masked keys — from which ``build`` makes, with its
+specs, blockwise tile sizes, the memory layout of q, k, v and a dense bias (``_fuzz_layouts``), a
+hostile value for never-allowed positions, a non-finite value in an allowed one — from which
+``build`` makes, with its
 own seed, the tensors and attnkit objects, and the same masks/biases/scores as plain specs for the
 independent oracle (``_float64_oracle``). ``run_case`` runs every exact backend plus ``auto``
 forward and backward and compares out, dq, dk, dv with the float64 oracle. A failing case's
@@ -9,14 +11,27 @@ params dict is its repro: ``run_case(params)`` again.
 
 Tolerance (flash-attention's rule): a backend's max error against the float64 oracle must be at
 most twice the error of the same computation done the reference way — float32 arithmetic on the
-dtype-rounded inputs, results rounded to the dtype — plus a floor of ``FLOOR_ULPS[dtype]`` units of
+dtype-rounded inputs, results rounded to the dtype; the largest of three equally valid
+evaluation orders (``_float64_oracle.attention(order=...)``: two GEMM orientations, one plain
+reduction), since on a tensor of a few dozen entries one sample of float32 rounding can be ten
+times below another correct one — plus a floor of ``FLOOR_ULPS[dtype]`` units of
 the dtype's epsilon times the quantity's magnitude. Why a floor: when the baseline happens to be
 (nearly) exact, 2× of ~0 would demand bit-identity from a backend that merely sums in another
 order. For half dtypes one ulp of the result's magnitude covers the final rounding landing on the
-other side of a rounding boundary (baseline and backend each round once); for float32, 16 ulps plus
-the error any float32 evaluation of the logits carries (eps32 · max|s| relative, see
-``_fuzz_judge.floor``) covers reordered sums over S ≤ 257 keys; both stay orders of magnitude below
-the half-precision and leak errors this fuzz exists to catch.
+other side of a rounding boundary (baseline and backend each round once); for float32, 16 ulps
+(1.9e-6 relative) cover reordered sums over S ≤ 257 keys. No term grows with the logits: a
+backend whose weights are off by eps·|logit| (an lse rounded at |max|, scores scaled to base 2
+before the shift) is several times over at logits of a few hundred, and that is what this rule is
+for. The one other float32 term is FlashAttention's backward cancellation (``_fuzz_judge.floor``).
+
+Non-finite values (``_fuzz_judge``): ``out`` must be NaN exactly where the oracle's is and ±inf
+exactly where it is, in every case (the oracle defines the semantics: a row whose allowed scores
+hold a NaN is NaN, a NaN a row may not see never reaches it, a fully masked row is 0). Gradients
+must be finite and within the tolerance wherever the oracle's are, except in a case whose allowed
+inputs hold a NaN: its loss is NaN, and which gradient entries show it is the algorithm's choice
+(autograd through the formula, FlashAttention's D = rowsum(dO ∘ O), which spreads a NaN row to
+every key of its tiles, or a NaN-aware path differ), so there only the entries where both are
+finite are compared. A never-allowed (hostile) value must leave every gradient as the clean one.
 
 Shape legend: q (B, H, L, E), k (B, Hkv, S, E), v (B, Hkv, S, Ev), dO (B, H, L, Ev).
 """
@@ -31,10 +46,11 @@ import numpy as np
 import torch
 
 import _float64_oracle as oracle
+from _fuzz_layouts import draw_layout, share_entries
+from _fuzz_poison import HOSTILE, poison  # noqa: F401 - HOSTILE is part of this module's interface
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 FLOOR_ULPS = {"float32": 16.0, "bfloat16": 1.0, "float16": 1.0}
-HOSTILE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf, "1e38": 1e38}
 HEADS = [(1, 1), (2, 2), (2, 1), (4, 1), (4, 2), (3, 1), (6, 2), (6, 3)]  # (H, Hkv): MHA, GQA, MQA
 # Shape budgets. Small tiles are forced on most cases so small shapes cross tile edges (sizes at
 # tile ± 1); "big" cases keep the default tiles (128 × 128 for windows, 256 × 512 dense) and sit at
@@ -89,6 +105,11 @@ def draw_case(rng: random.Random, index: int, budget: str = "small") -> dict:
         "bias": _draw_bias(rng),
         "tiles": None if big else rng.choice(bud["tiles"]),
         "hostile": rng.choice([None, None, "nan", "inf", "-inf", "1e38"]),
+        "hostile_at": rng.choice(["kv", "kv", "q"]),  # dead keys/values/bias entries, or dead query rows
+        # NaN only: an allowed ±inf makes 0 · inf hinge on whether a weight underflows, which float64
+        # and float32 decide differently (never-allowed ±inf are the hostile values above)
+        "poison": None if rng.random() < 0.85 else {"tensor": rng.choice(["q", "k", "v", "bias"]), "value": "nan"},
+        "layout": draw_layout(rng),
     }
 
 
@@ -177,6 +198,8 @@ class Built:
     oracle_mask: dict | None
     oracle_biases: list[dict]
     dead: np.ndarray  # (B, Hkv, S) keys nobody may attend
+    dead_rows: np.ndarray  # (B, H, L) queries with no allowed key
+    poisoned: bool = False  # a non-finite value sits in an allowed position of q, k, v or the bias
 
 
 def build(p: dict) -> Built:
@@ -194,6 +217,11 @@ def build(p: dict) -> Built:
     k = (randn(B, Hkv, S, E, std=p["std"])).to(dt)
     v = randn(B, Hkv, S, Ev, std=3.0).to(dt)
     d_out = randn(B, H, L, Ev).to(dt)
+    lay = p.get("layout") or {}
+    if lay.get("k") == "expand":  # keys/values shared across the batch, so stride 0 can hold them
+        k = share_entries(k)
+    if lay.get("v") == "expand":
+        v = share_entries(v)
 
     sc, o_score = _build_score(p["score"], E, H, randn, scores)
     o_mask = _oracle_mask(p["mask"], B, H, L, S, g)
@@ -206,8 +234,12 @@ def build(p: dict) -> Built:
         parts.append(m)
     bias = None if not parts else (parts[0] if len(parts) == 1 else parts)
     default_scale = 1.0 / math.sqrt(E) if p["score"] == "scaled_dot" else 1.0
-    return Built(q, k, v, d_out, sc, mask, bias, p["scale"], o_score,
-                 p["scale"] if p["scale"] is not None else default_scale, o_mask, o_biases, dead)
+    ok = oracle.allowed(o_mask, B, H, L, S)
+    built = Built(q, k, v, d_out, sc, mask, bias, p["scale"], o_score,
+                  p["scale"] if p["scale"] is not None else default_scale, o_mask, o_biases, dead, ~ok.any(-1))
+    if p.get("poison"):
+        built.poisoned = poison(built, p["poison"], ok, g)
+    return built
 
 
 def _build_score(kind, E, H, randn, scores):
@@ -284,6 +316,7 @@ def _attnkit_mask(spec, B, L, S, masks, top=False):
         return masks.prefix_lm(torch.tensor(pre) if isinstance(pre, list) else pre, spec["align"])
     if kind == "tensor":
         t = torch.from_numpy(spec["data"])
+        t = t[None, None] if t.dim() == 2 else t  # (1, 1, L, S): a 2-D one is ambiguous when B == L
         return t if top else masks.TensorMask(t)  # a bare tensor on the left of & is torch's operator
     every = spec["every"]
     return masks.custom(lambda b, h, q, kv: kv % every != 0, depends_on=(), name=f"not_every_{every}")

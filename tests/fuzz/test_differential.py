@@ -3,8 +3,11 @@
 A seeded sample of the case space of ``benchmarks/fuzz_attention.py`` (which runs ≥ 10,000 cases):
 shapes with 1 and tile edges (blockwise tiles forced to 8–32 so small shapes cross them), L ≠ S
 both ways, GQA/MQA, every mask and &, |, ~ of them, every bias, five scores, fp32/bf16/fp16 with
-logits up to a few hundred, hostile values in masked keys; out, dq, dk, dv must be within 2× of
-the same-dtype reference computation's error plus a dtype floor (``_fuzz_judge``).
+logits up to a few hundred, hostile values in never-allowed keys, values, query rows and bias
+entries, a NaN in an allowed position, non-contiguous layouts (sliced last dim, transposed,
+channels-last, strided batch/head, stride-0 expand); out, dq, dk, dv must be within 2× of the
+same-dtype reference computation's error plus a few ulps, and non-finite exactly where the oracle's
+are (``_fuzz_judge``).
 
 Failure classes that are filed and being fixed (``_fuzz_known.OPEN_REQUESTS``) are marked xfail
 (not strict) at run time, each naming its request. Everything else must pass.
@@ -28,6 +31,7 @@ import _float64_oracle as oracle  # noqa: E402
 from _fuzz_cases import draw_case  # noqa: E402
 from _fuzz_judge import run_case  # noqa: E402
 from _fuzz_known import classify  # noqa: E402
+from _fuzz_layouts import LAYOUTS, view_as  # noqa: E402
 
 SEED, N_CASES = 8, 250
 CASES = [draw_case(random.Random(SEED * 1_000_003 + i), i) for i in range(N_CASES)]
@@ -52,7 +56,7 @@ def test_backends_match_float64_oracle(params):
     open_names = set()
     unexplained = []
     for name, v in failed.items():
-        request = classify(params, name, v, res.hostile_applied)
+        request = classify(params, name, v, res.hostile_applied, res.poisoned)
         if request != "unexplained":
             open_names.add(request)
         else:
@@ -70,6 +74,9 @@ def test_every_exact_backend_and_auto_was_exercised():
     assert kinds >= {"none", "causal", "window", "padding", "document", "prefix_lm", "tensor", "mod", "and", "or", "not"}
     assert {c["score"] for c in CASES} == {"scaled_dot", "dot", "cosine", "general", "general_heads", "additive"}
     assert {c["hostile"] for c in CASES} == {None, "nan", "inf", "-inf", "1e38"}
+    assert {c["hostile_at"] for c in CASES if c["hostile"]} == {"kv", "q"}
+    assert {c["poison"]["tensor"] for c in CASES if c["poison"]} == {"q", "k", "v", "bias"}
+    assert {c["layout"][n] for c in CASES if c["layout"] for n in "qkv"} == set(LAYOUTS)
     assert {tuple(c["tiles"]) if c["tiles"] else None for c in CASES} >= {None, (8, 8), (16, 16)}
     assert {b["kind"] for c in CASES for b in c["bias"]} >= {"alibi", "t5", "shaw", "tensor", "custom", "softcap"}
     assert {c["dtype"] for c in CASES} == {"float32", "bfloat16", "float16"}
@@ -97,6 +104,94 @@ def test_fuzz_catches_a_backend_that_is_slightly_wrong():
 
         registry.unregister("fuzz_off_by_a_little")
     assert verdict.status == "failed" and "out" in verdict.failure
+
+
+def test_fuzz_catches_weights_off_by_eps_times_the_logit():
+    """No allowance grows with the logits: weights off by eps·|logit| relative (what an lse rounded at
+    |max|, or scores scaled to base 2 before the shift, cost every weight: 2e-5 at logits of ~170)
+    fail, where the float32 reference's own error is a few ulps; blockwise passes the same case."""
+    import attnkit
+    from attnkit.backends import reference
+    from attnkit.core import registry
+
+    def weights_off(call):
+        res = reference.run(call)
+        res.out = res.out * (1.0 + 2e-5)
+        return res
+
+    p = {**CASES[0], "dtype": "float32", "B": 1, "H": 2, "Hkv": 2, "L": 16, "S": 16, "E": 16, "Ev": 16, "std": 10.0,
+         "score": "scaled_dot", "scale": None, "mask": None, "bias": [], "tiles": (8, 8), "hostile": None, "poison": None, "layout": None}
+    attnkit.register("fuzz_weights_off", weights_off)
+    try:
+        res = run_case(p, names=["fuzz_weights_off", "blockwise"])
+    finally:
+        registry.unregister("fuzz_weights_off")
+    assert res.verdicts["fuzz_weights_off"].status == "failed"
+    assert res.verdicts["blockwise"].status == "passed", res.verdicts["blockwise"]
+
+
+def test_fuzz_catches_a_backend_that_drops_to_contiguous_badly():
+    """The layouts must reach the backend: one that reads a non-unit-stride last dim as if it were
+    contiguous (the storage in order) is caught."""
+    import attnkit
+    from attnkit.backends import reference
+    from attnkit.core import registry
+
+    def ignores_strides(call):
+        v = call.v
+        if v.stride(-1) != 1:  # the bug: the raw storage read as a contiguous (.., S, Ev)
+            v = torch.as_strided(v, v.shape, v.contiguous().stride())
+        call.v = v
+        return reference.run(call)
+
+    attnkit.register("fuzz_ignores_strides", ignores_strides)
+    try:
+        p = next(c for c in CASES if c["dtype"] == "float32" and c["hostile"] is None and not c["poison"] and c["S"] > 1)
+        p = {**p, "layout": {"q": "contiguous", "k": "contiguous", "v": "sliced_last", "bias": "contiguous"}}
+        verdict = run_case(p, names=["fuzz_ignores_strides"]).verdicts["fuzz_ignores_strides"]
+    finally:
+        registry.unregister("fuzz_ignores_strides")
+    assert verdict.status == "failed" and "out" in verdict.failure
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_layouts_keep_the_values(layout):
+    t = torch.randn(2, 3, 5, 4)
+    for x in (t, t[:1].expand_as(t).clone()):
+        view = view_as(x, layout)
+        assert torch.equal(view, x) and view.shape == x.shape
+    if layout != "contiguous":
+        assert not view_as(t[:1].expand_as(t).clone(), layout).is_contiguous()
+
+
+def test_oracle_nan_semantics():
+    """A row whose allowed inputs hold a NaN is NaN; a NaN no query may see does not leak (out and
+    gradients); a fully masked row is 0."""
+    q = torch.randn(1, 1, 3, 4, dtype=torch.float64)
+    k = torch.randn(1, 1, 4, 4, dtype=torch.float64)
+    v = torch.randn(1, 1, 4, 2, dtype=torch.float64)
+    mask = {"kind": "causal", "align": "top_left"}  # query i sees keys 0..i
+    v[0, 0, 2, 1] = math.nan  # key 2: seen by query 2 only
+    q, k, v = (t.requires_grad_() for t in (q, k, v))
+    out = oracle.attention(q, k, v, score={"kind": "scaled_dot"}, scale=0.5, mask=mask, biases=[])
+    out.sum().backward()
+    # a NaN value entry of a key some row sees reaches its own column of every row of the head (0 · NaN
+    # in the rows the mask hides it from, attnkit's documented semantics); the other column stays finite
+    assert torch.isnan(out[0, 0, :, 1]).all() and torch.isfinite(out[0, 0, :, 0]).all()
+    q3 = q.detach().clone()
+    q3[0, 0, 1, 0] = math.nan  # a NaN in an allowed query: its whole row is NaN (every weight is)
+    out3 = oracle.attention(q3, k.detach(), v.detach().nan_to_num(0.0), score={"kind": "scaled_dot"}, scale=0.5, mask=mask, biases=[])
+    assert torch.isnan(out3[0, 0, 1]).all() and torch.isfinite(out3[0, 0, 0]).all()
+    assert torch.isfinite(k.grad[0, 0, 3]).all()
+    assert (k.grad[0, 0, 3] == 0).all() and (v.grad[0, 0, 3] == 0).all()  # key 3: seen by nobody
+    q2 = torch.randn(1, 1, 2, 4, dtype=torch.float64, requires_grad=True)
+    k2 = torch.randn(1, 1, 3, 4, dtype=torch.float64)
+    k2[0, 0, 1, 0] = math.nan  # a key the padding hides from everyone
+    k2.requires_grad_()
+    pad = {"kind": "padding", "lengths": [1], "side": "right"}
+    out2 = oracle.attention(q2, k2, v[:, :, :3].detach(), score={"kind": "scaled_dot"}, scale=0.5, mask=pad, biases=[])
+    out2.sum().backward()
+    assert torch.isfinite(out2).all() and torch.isfinite(q2.grad).all() and torch.isfinite(k2.grad).all()
 
 
 def test_oracle_alibi_slopes_are_the_papers():

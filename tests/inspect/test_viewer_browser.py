@@ -1,8 +1,9 @@
 """The viewer page in real headless Chromium: it renders, reacts to the selectors and to
 hover, shows hostile tokens as text, and logs no console errors.
 
-Needs Debian's chromium + chromium-driver (``bash .ci/install-browser.sh``); skipped only
-when /usr/bin/chromium is absent (a failure instead when ATTNKIT_REQUIRE_BROWSER is set, as .ci/run does). Selenium Manager is never used (the driver path is
+Needs Debian's chromium + chromium-driver (``bash .ci/install-browser.sh``, run by ``make test``
+where it can); skipped with one summary line when either is absent (a failure instead when
+ATTNKIT_REQUIRE_BROWSER is set, as .ci/run does). Selenium Manager is never used (the driver path is
 given), so nothing is downloaded. Set ATTNKIT_VIEWER_SCREENSHOT=/path.png to keep a
 screenshot of the full page.
 """
@@ -13,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from _browser import start_chromium  # skips this module when Chromium is absent (fails on CI)
+from _browser import start_chromium  # skips this module when Chromium or its driver is absent (fails on CI)
 from selenium.common.exceptions import NoAlertPresentException  # noqa: E402
 from selenium.webdriver.common.action_chains import ActionChains  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402

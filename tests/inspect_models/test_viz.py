@@ -10,7 +10,7 @@ import torch
 pytest.importorskip("matplotlib")
 
 from attnkit.inspect.metrics import classify_heads  # noqa: E402
-from attnkit.experiments.minilm_viz import DEFAULT_TEXT, run_viz  # noqa: E402
+from attnkit.experiments.minilm.viz import DEFAULT_TEXT, run_viz  # noqa: E402
 
 
 def test_run_viz_writes_everything(minilm, tmp_path):

@@ -66,10 +66,16 @@ def test_attention_sits_on_the_residual_branch_before_the_sum():
 
 @pytest.mark.parametrize("attn", [None, "se", "eca", "cbam", "spatial", "mhsa"])
 def test_small_resnet_runs_every_attention(attn):
+    torch.manual_seed(0)
     m = resnet_small(8, width=16, attn=attn, attn_stages=[3] if attn == "mhsa" else None)
     y = m(torch.randn(2, 1, 28, 28))
     assert y.shape == (2, 10)
-    y.sum().backward()
+    y.square().sum().backward()
+    gates = [blk.attn for stage in (m.layer1, m.layer2, m.layer3) for blk in stage if not isinstance(blk.attn, torch.nn.Identity)]
+    assert len(gates) == (0 if attn is None else 1 if attn == "mhsa" else 3)  # one block per stage at depth 8
+    for gate in gates:  # each attention sits on the path to the logits, so training reaches it
+        grads = [p.grad for p in gate.parameters()]
+        assert grads and any(g is not None and g.abs().sum() > 0 for g in grads), f"{attn}: {gate} gets no gradient"
 
 
 def test_every_constructor_argument_has_an_effect():

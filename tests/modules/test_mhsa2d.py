@@ -7,7 +7,10 @@ import math
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
 
+import attnkit
 from attnkit.modules.mhsa2d import MHSA2d, ContinuousPositionBias2d, log_offsets
 
 from _mhsa2d_reference import plain_mhsa
@@ -128,7 +131,38 @@ def test_bad_inputs_get_one_clear_error(make, x, match):
         make()(x)
 
 
+class _TensorSizes(TorchDispatchMode):
+    """Records the element count and shape of every tensor an op returns (forward and backward)."""
+
+    def __init__(self):
+        super().__init__()
+        self.created: list[tuple[int, tuple[int, ...], str]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in tree_flatten(out)[0]:
+            if isinstance(t, torch.Tensor):
+                self.created.append((t.numel(), tuple(t.shape), str(func)))
+        return out
+
+
+def _largest_tensor(backend: str, Hh: int, Ww: int, heads: int) -> tuple[int, tuple[int, ...], str]:
+    torch.manual_seed(0)
+    m = MHSA2d(8, heads, backend=backend)
+    x = torch.randn(1, 8, Hh, Ww, requires_grad=True)
+    with attnkit.options(block_q=64, block_kv=64), _TensorSizes() as sizes:
+        m(x).square().sum().backward()
+    return max(sizes.created)
+
+
 def test_blockwise_never_builds_the_n_by_n_bias():
-    m = MHSA2d(8, 2, backend="blockwise")
-    y = m(torch.randn(1, 8, 12, 12))
-    assert y.shape == (1, 8, 12, 12)
+    """No tensor of even one head's L·S elements (a bias or score matrix) is created, forward or
+    backward: the bias is gathered per 64 × 64 tile. The largest tensors left are the position MLP's
+    hidden layer on the (2H−1)(2W−1) offsets, O(N). The dense backend at the same size does build
+    the (heads, N, N) matrix, which shows the recorder sees such a tensor when one exists."""
+    Hh, Ww, heads = 24, 24, 2
+    N = Hh * Ww
+    numel, shape, op = _largest_tensor("reference", Hh, Ww, heads)
+    assert numel >= heads * N * N, f"the recorder missed the dense path's ({heads}, N, N) tensor; largest was {shape} from {op}"
+    numel, shape, op = _largest_tensor("blockwise", Hh, Ww, heads)
+    assert numel < N * N, f"blockwise built {shape} ({numel} elements, from {op}); N·N = {N * N}"

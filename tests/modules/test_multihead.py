@@ -214,3 +214,28 @@ def test_named_score_is_not_shared_between_modules():
     assert m.score is not as_score("cosine") and m.score.log_tau.dtype == torch.float64
     out, _ = m(_x(1, 3, D).double())
     assert out.dtype == torch.float64
+
+
+@pytest.mark.parametrize("kind", ["dynamic", "static", "sliding", "cross"])
+def test_zero_new_tokens_give_an_empty_output_and_leave_the_cache_alone(kind):
+    """A (B, 0, D) query on a filled cache: out (B, 0, D), per-head weights (B, H, 0, S); the next
+    step equals the same step taken without the empty one in between."""
+    from attnkit import cache as C
+
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(D, H).eval()
+    make = {"dynamic": C.DynamicCache, "static": lambda: C.StaticCache(16), "sliding": lambda: C.SlidingWindowCache(4),
+            "cross": C.CrossAttentionCache}[kind]
+    prompt, step, enc = _x(2, 5, D), _x(2, 1, D, seed=2), _x(2, 6, D, seed=3)
+    kw = {} if kind == "cross" else {"causal": True}
+    outs = []
+    for empty_step in (False, True):
+        cache = make()
+        with torch.no_grad():
+            mha(prompt, enc if kind == "cross" else None, cache=cache, **kw)
+            if empty_step:
+                out, w = mha(prompt[:, :0], cache=cache, need_weights=True, average_attn_weights=False, **kw)
+                assert out.shape == (2, 0, D)
+                assert w.shape == (2, H, 0, {"sliding": 4, "cross": 6}.get(kind, 5))
+            outs.append(mha(step, cache=cache, **kw)[0])
+    torch.testing.assert_close(outs[1], outs[0], rtol=0, atol=0)

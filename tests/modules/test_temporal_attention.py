@@ -63,8 +63,13 @@ def test_invalid_past_steps_get_zero_weight():
 
 def test_single_step_query_gives_vectors():
     att = TemporalAttention(4, 3)
-    out = att(torch.randn(5, 4), torch.randn(5, 9, 3))
+    query, states = torch.randn(5, 4), torch.randn(5, 9, 3)
+    out = att(query, states)
     assert out.context.shape == (5, 3) and out.weights.shape == (5, 9)
+    # a (B, Dq) query is the (B, 1, Dq) query with its step dimension dropped, not another computation
+    full = att(query[:, None], states)
+    torch.testing.assert_close(out.context, full.context[:, 0], rtol=0, atol=0)
+    torch.testing.assert_close(out.weights, full.weights[:, 0], rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("score", ["scaled_dot", "additive", "general", "cosine"])

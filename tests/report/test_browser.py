@@ -5,8 +5,8 @@ beside the quick ones, and a font that covers Chinese is installed so the zh pag
 
 The tiny size runs every section for real (all experiments included, each shrunk to seconds), so
 this file takes about a minute on a busy 2-core machine. Needs Debian's chromium + chromium-driver
-(``bash .ci/install-browser.sh``); skipped only when /usr/bin/chromium is absent (a failure instead
-when ATTNKIT_REQUIRE_BROWSER is set, as CI does).
+(``bash .ci/install-browser.sh``, run by ``make test`` where it can); skipped with one summary line
+when the browser or its driver is absent (a failure instead when ATTNKIT_REQUIRE_BROWSER is set, as CI does).
 """
 
 import re
@@ -14,10 +14,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from _browser import start_chromium  # skips this module when Chromium is absent (fails on CI)
+from _browser import start_chromium  # skips this module when Chromium or its driver is absent (fails on CI)
 
 from attnkit.report.build import write_report  # noqa: E402
-from attnkit.report.sections import story  # noqa: E402
+from attnkit.report.contents import story  # noqa: E402
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 COMMITTED = Path(__file__).resolve().parents[2] / "results"  # committed --full runs, e.g. results/vision/full

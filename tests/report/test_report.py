@@ -9,17 +9,23 @@ from pathlib import Path
 import pytest
 
 from attnkit.cli import main
+from attnkit.page.story import StorySection
 from attnkit.report import build as build_mod
-from attnkit.report.bench_section import _memory_ratio
 from attnkit.report.build import build_report
+from attnkit.report.sections.bench import _memory_ratio
 
 
-def _broken(out: Path) -> str:
-    raise RuntimeError("<b>boom</b>")
+def _section(sid: str, title: str, html: str | None) -> StorySection:
+    def compute(ctx):
+        if html is None:
+            raise RuntimeError("<b>boom</b>")
+        return {"html": html}
+
+    return StorySection(sid, (title, title), ("", ""), ("", ""), compute, lambda d, ctx, lang: d["html"])
 
 
 def test_a_failing_section_is_shown_and_the_rest_is_written(tmp_path):
-    sections = [("first", lambda out: "<p>one</p>"), ("broken <x>", _broken), ("last", lambda out: "<p>three</p>")]
+    sections = [_section("a", "first", "<p>one</p>"), _section("b", "broken <x>", None), _section("c", "last", "<p>three</p>")]
     logs = []
     path = build_report(tmp_path, sections, log=logs.append)
     page = path.read_text(encoding="utf-8")
@@ -30,8 +36,13 @@ def test_a_failing_section_is_shown_and_the_rest_is_written(tmp_path):
     assert logs[-1].startswith(f"wrote {path}")
 
 
+def test_sections_must_be_story_sections(tmp_path):
+    with pytest.raises(TypeError, match="sections must be StorySection objects .* got tuple"):
+        build_report(tmp_path, [("title", lambda out: "<p>old style</p>")], log=lambda m: None)
+
+
 def test_cli_report_writes_index_with_real_sections(tmp_path, monkeypatch):
-    from attnkit.report.sections import story
+    from attnkit.report.contents import story
 
     fast = [s for s in story() if s.id in ("intro", "masks", "positions")]
     monkeypatch.setattr(build_mod, "default_sections", lambda: fast)
@@ -57,9 +68,38 @@ def test_memory_ratio_reads_both_ways(ratio, text):
 
 
 def test_ring_section_runs_torchrun_and_matches_sdpa(tmp_path):
-    from attnkit.report import ring_section as rs
+    from attnkit.report.sections import ring as rs
 
     result = rs._torchrun(2, tmp_path / "w2.json")
     assert result["world_size"] == 2 and result["backend"] == "gloo" and result["causal"]
     assert result["max_abs_out_diff"] < 1e-5 and result["max_abs_dq_diff"] < 1e-5
     assert json.loads((tmp_path / "w2.json").read_text()) == result
+
+
+def test_the_results_folder_travels_from_the_cli_to_the_sections(tmp_path, monkeypatch):
+    from attnkit import cli
+
+    seen = {}
+
+    def fake_write_report(out, **kw):
+        seen.update(kw)
+        return build_mod.ReportRun(path=Path(out) / "index.html")
+
+    monkeypatch.setattr(build_mod, "write_report", fake_write_report)
+    assert cli.main(["report", "--out", str(tmp_path / "r"), "--results", str(tmp_path / "committed")]) == 0
+    assert seen["committed_results"] == str(tmp_path / "committed")
+    assert cli.main(["report", "--out", str(tmp_path / "r2")]) == 0
+    assert seen["committed_results"] == "results"  # default: results/ of the current folder (a checkout)
+
+
+def test_write_report_hands_the_folder_to_the_context_only_when_it_exists(tmp_path):
+    from attnkit.report.build import write_report
+
+    seen = []
+    sec = StorySection("probe", ("Probe", "探针"), ("", ""), ("", ""), lambda ctx: {},
+                       lambda d, ctx, lang: seen.append(ctx.committed_results) or "<p>ok</p>", cache=False)
+    (tmp_path / "committed").mkdir()
+    write_report(tmp_path / "a", [sec], committed_results=tmp_path / "committed", log=lambda m: None)
+    write_report(tmp_path / "b", [sec], committed_results=tmp_path / "missing", log=lambda m: None)
+    write_report(tmp_path / "c", [sec], committed_results=None, log=lambda m: None)
+    assert seen == [tmp_path / "committed", None, None]

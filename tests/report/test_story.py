@@ -13,7 +13,7 @@ from attnkit.cli import main
 from attnkit.report import build as build_mod
 from attnkit.report import cache
 from attnkit.report.build import write_report
-from attnkit.report.story import StorySection
+from attnkit.page.story import StorySection
 
 SECTION_RE = re.compile(r'<section id="([^"]+)" data-section="[^"]+" data-failed="(\d)"><h2>([^<]*)</h2>')
 
@@ -32,7 +32,7 @@ def fake_story(calls: dict, inputs: dict, fail: bool = False) -> list[StorySecti
 
         return StorySection(sid, (f"Title {sid}", f"标题 {sid}"), (f"question {sid}", f"问题 {sid}"), ("read", "读图"), compute,
                             lambda d, ctx, lang: f"<p>{'值' if lang == 'zh' else 'value'} {d['value']}</p>",
-                            modules=("attnkit.report.html",), inputs=lambda ctx, sid=sid: {"x": inputs.get(sid, 0)},
+                            modules=("attnkit.page.html",), inputs=lambda ctx, sid=sid: {"x": inputs.get(sid, 0)},
                             summary=lambda d, ctx, lang: (str(d["value"]), "m"))
 
     return [make("a"), make("b"), make("c")]
@@ -61,10 +61,10 @@ def test_second_run_reuses_the_cache_and_a_changed_input_reruns_only_its_section
 
 
 def test_changed_code_changes_the_key(tmp_path, monkeypatch):
-    key = cache.section_key("a", {"x": 1}, ("attnkit.report.html",))
-    assert key == cache.section_key("a", {"x": 1}, ("attnkit.report.html",))
+    key = cache.section_key("a", {"x": 1}, ("attnkit.page.html",))
+    assert key == cache.section_key("a", {"x": 1}, ("attnkit.page.html",))
     monkeypatch.setattr(cache, "source_hash", lambda modules: "edited")
-    assert cache.section_key("a", {"x": 1}, ("attnkit.report.html",)) != key
+    assert cache.section_key("a", {"x": 1}, ("attnkit.page.html",)) != key
 
 
 def test_a_removed_figure_reruns_its_section(tmp_path):
@@ -120,7 +120,7 @@ def test_bad_lang_and_size_are_clear_errors(tmp_path):
 
 
 def test_the_story_order_and_both_languages_for_every_section():
-    from attnkit.report.sections import story
+    from attnkit.report.contents import story
 
     ids = [s.id for s in story()]
     want = ["intro", "seq2seq", "minilm_maps", "masks", "cost", "positions", "kv_cache", "vision", "forecast",
@@ -133,13 +133,13 @@ def test_the_story_order_and_both_languages_for_every_section():
 
 
 def test_committed_results_are_read_from_the_given_folder_only(tmp_path):
-    from attnkit.report.committed import committed
+    from attnkit.experiments.lab.committed import committed
 
     assert committed("decoding.json", None) is None
     assert committed("decoding.json", tmp_path) is None
     (tmp_path / "decoding.json").write_text("{}")
     assert committed("decoding.json", tmp_path) == tmp_path / "decoding.json"
-    assert "parents[" not in Path(__import__("attnkit.report.committed", fromlist=["x"]).__file__).read_text()
+    assert "parents[" not in Path(__import__("attnkit.experiments.lab.committed", fromlist=["x"]).__file__).read_text()
 
 
 def test_an_unwritable_out_fails_before_any_work(tmp_path, capsys, monkeypatch):
@@ -151,11 +151,11 @@ def test_an_unwritable_out_fails_before_any_work(tmp_path, capsys, monkeypatch):
 
 
 def test_a_broken_summary_row_fails_the_summary_section(tmp_path):
-    from attnkit.report.sections import _summary_render
+    from attnkit.report.contents import summary_render
 
     secs = fake_story({}, {"a": 1})
     secs[1].summary = lambda d, ctx, lang: d["missing-key"]
-    secs.append(StorySection("summary", ("Summary", "总结"), ("", ""), ("", ""), lambda ctx: {}, _summary_render(secs), cache=False))
+    secs.append(StorySection("summary", ("Summary", "总结"), ("", ""), ("", ""), lambda ctx: {}, summary_render(secs), cache=False))
     run = write_report(tmp_path, secs, log=lambda m: None)
     page = run.path.read_text(encoding="utf-8")
     assert run.failed == ["summary"] and "summary rows failed: b: KeyError" in page

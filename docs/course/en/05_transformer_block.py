@@ -63,10 +63,12 @@ x = torch.randn(B, L, D, dtype=torch.float64)
 perm = torch.randperm(L)
 out, _ = mha(x)
 out_perm, _ = mha(x[:, perm])
+assert (out[:, perm] - out_perm).abs().max() < 1e-12
 print("no positions : max |f(x)[perm] - f(x[perm])| =", (out[:, perm] - out_perm).abs().max().item())
 pe = SinusoidalPositionalEncoding(D, max_len=512, dtype=torch.float64)(torch.arange(L))  # (L, D)
 out, _ = mha(x + pe)
 out_perm, _ = mha(x[:, perm] + pe)
+assert (out[:, perm] - out_perm).abs().max() > 1e-3
 print("with PE      : max |f(x)[perm] - f(x[perm])| =", (out[:, perm] - out_perm).abs().max().item())
 
 # %% [markdown]
@@ -80,6 +82,7 @@ inv_freq = 1.0 / 10000 ** (np.arange(0, D, 2) / D)
 table = np.zeros((P, D))
 table[:, 0::2], table[:, 1::2] = np.sin(pos * inv_freq), np.cos(pos * inv_freq)
 ours = SinusoidalPositionalEncoding(D, max_len=P, dtype=torch.float64)(torch.arange(P)).numpy()
+assert np.abs(table - ours).max() < 1e-12
 print("max |numpy table - attnkit table| =", np.abs(table - ours).max())
 fig, ax = plt.subplots(figsize=(6, 4), constrained_layout=True)
 im = ax.imshow(table, aspect="auto", cmap="RdBu_r", vmin=-1, vmax=1)
@@ -113,6 +116,7 @@ for norm_first in (False, True):
     ref = ref.double().eval()
     with torch.no_grad():
         diff = (layer_by_hand(ref, x) - ref(x)).abs().max().item()
+    assert diff < 1e-12
     print(f"norm_first={norm_first!s:5s}: max |by hand - torch| = {diff:.1e}")
 
 # %% [markdown]

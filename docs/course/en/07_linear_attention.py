@@ -70,6 +70,8 @@ quad = (A @ v) / A.sum(-1, keepdim=True)
 U = phi(k).transpose(-2, -1) @ v
 z = phi(k).sum(-2, keepdim=True)
 lin = (phi(q) @ U) / (phi(q) * z).sum(-1, keepdim=True)
+assert (lin - quad).abs().max() < 1e-12
+assert (lin - attnkit.linear_attention(q, k, v, feature_map="elu").out).abs().max() < 1e-12
 print("max |linear order - quadratic order| =", (lin - quad).abs().max().item())
 print("max |by hand - attnkit.linear_attention(elu).out| =", (lin - attnkit.linear_attention(q, k, v, feature_map="elu").out).abs().max().item())
 
@@ -102,6 +104,7 @@ print("crossover near n =", int(1.5 * F_feat), "for these constants")
 # %%
 exact = attnkit.attention(q, k, v).out
 rel = lambda o: ((o - exact).norm() / exact.norm()).item()
+assert rel(attnkit.linear_attention(q, k, v, feature_map="elu").out) > 1e-3
 print(f"elu + 1           : relative error {rel(attnkit.linear_attention(q, k, v, feature_map='elu').out):.3f}")
 features = [16, 64, 256] if SMALL else [16, 64, 256, 1024, 4096]
 seeds = range(2 if SMALL else 5)
@@ -109,6 +112,7 @@ errors = []
 for n_feat in features:
     e = np.mean([rel(attnkit.linear_attention(q, k, v, feature_map="favor", num_features=n_feat, seed=s).out) for s in seeds])
     errors.append(e)
+    assert n_feat == features[0] or e < errors[0]
     print(f"FAVOR+ F={n_feat:5d}  : relative error {e:.3f}")
 fig, ax = plt.subplots(figsize=(5.5, 3.6), constrained_layout=True)
 ax.loglog(features, errors, marker="o", label="FAVOR+ (mean over seeds)")

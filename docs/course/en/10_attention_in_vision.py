@@ -89,6 +89,8 @@ class CBAM(torch.nn.Module):
 
 x = torch.randn(2, 16, 10, 10)
 se = SE(16)
+assert sum(p.numel() for p in se.parameters()) == 2 * 16 * 16 // 4 + 16 + 4
+assert torch.allclose(se(x), x * se.last_gate[:, :, None, None])
 print("SE output shape", tuple(se(x).shape), "| gates of image 0:", np.round(se.last_gate[0, :6].numpy(), 3))
 print("SE parameters:", sum(p.numel() for p in se.parameters()), "(formula 2 C^2/r + C + C/r =", 2 * 16 * 16 // 4 + 16 + 4, ")")
 
@@ -109,6 +111,7 @@ except ImportError as err:  # the lesson's own versions above are the main line
 else:
     ak_se = SqueezeExcite(16, reduction=4)
     ak_se.load_state_dict(se.state_dict())
+    assert (ak_se(x) - se(x)).abs().max() < 1e-6
     print("SE   max |ours - attnkit| =", (ak_se(x) - se(x)).abs().max().item())
     cb = CBAM(16)
     ak_cb = AkCBAM(16, reduction=4).eval()
@@ -117,6 +120,7 @@ else:
             theirs.weight.copy_(ours.weight)
             theirs.bias.copy_(ours.bias)
         ak_cb.spatial.conv.weight.copy_(cb.conv.weight)
+        assert (ak_cb(x) - cb(x)).abs().max() < 1e-5
         print("CBAM max |ours - attnkit| =", (ak_cb(x) - cb(x)).abs().max().item())
 
 # %% [markdown]
@@ -185,6 +189,7 @@ tokens_raw = patches.permute(0, 2, 3, 1, 4, 5).reshape(2, 16, C_IN * P * P)  # (
 proj = torch.nn.Conv2d(C_IN, D, P, stride=P)
 by_hand = tokens_raw @ proj.weight.reshape(D, -1).T + proj.bias
 by_conv = proj(img).flatten(2).transpose(1, 2)
+assert (by_hand - by_conv).abs().max() < 1e-5
 print("patch tokens", tuple(by_hand.shape), "| max |unfold+linear - conv| =", (by_hand - by_conv).abs().max().item())
 try:
     from attnkit.models.vit import PatchEmbed
@@ -193,9 +198,11 @@ except ImportError as err:
 else:
     pe = PatchEmbed(P, C_IN, D)
     pe.proj.load_state_dict(proj.state_dict())
+    assert (pe(img)[0] - by_hand).abs().max() < 1e-6 and tuple(pe(img)[1]) == (4, 4)
     print("attnkit PatchEmbed: max diff", (pe(img)[0] - by_hand).abs().max().item(), "grid", pe(img)[1])
 attn = attnkit.MultiHeadAttention(D, 4)
 out, w = attn(by_hand, need_weights=True)
+assert w.shape == (2, 16, 16) and torch.allclose(w.sum(-1), torch.ones(2, 16))
 print("self-attention over patches:", tuple(out.shape), "weights", tuple(w.shape), "(16 patches x 16 patches)")
 
 fig, axes = plt.subplots(4, 4, figsize=(4, 4), constrained_layout=True)

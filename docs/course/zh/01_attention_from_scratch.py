@@ -86,6 +86,8 @@ res = attnkit.attention(t(q), t(k), t(v), return_weights=True)
 print("max |attnkit - numpy| output:", float(np.abs(res.out[0, 0].numpy() - out).max()))
 print("max |attnkit - numpy| weights:", float(np.abs(res.weights[0, 0].numpy() - w).max()))
 print(res.report)
+assert np.allclose(w.sum(axis=1), 1.0)
+assert np.abs(res.out[0, 0].numpy() - out).max() < 1e-12 and np.abs(res.weights[0, 0].numpy() - w).max() < 1e-12
 
 # %% [markdown]
 # ## 静态加权与动态加权
@@ -119,6 +121,7 @@ n = 500 if SMALL else 5000
 for dd in dims:
     a, b = rng.standard_normal((n, dd)), rng.standard_normal((n, dd))
     raw = (a * b).sum(1)
+    assert raw.var() > dd / 2 and abs((raw / np.sqrt(dd)).var() - 1) < 0.3
     print(f"d={dd:5d}  var(q·k)={raw.var():8.1f}  var(q·k/sqrt(d))={(raw / np.sqrt(dd)).var():.2f}")
 
 # %% [markdown]

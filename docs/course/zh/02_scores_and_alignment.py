@@ -79,6 +79,7 @@ for name, sc in scores.items():
     res = attnkit.attention(q, k, v, score=sc, return_weights=True)
     weights[name] = res.weights[0, 0].detach().numpy()
     diff = (res.weights[0, 0] - by_hand[0, 0]).abs().max().item()
+    assert diff < 1e-12
     print(f"{name:11s} score range [{raw.min().item():6.2f}, {raw.max().item():6.2f}]  max |attnkit - by hand| = {diff:.1e}  backend={res.report.backend}")
 
 # %% [markdown]
@@ -156,10 +157,12 @@ for step in range(steps):
 
 # %%
 model.eval()
+assert acc > 2 / V_SIZE
 with torch.no_grad():
     src, tgt_in, tgt = batch(200)
     logits, align = model(src, tgt_in)
 on_diag = align[:, torch.arange(SRC_LEN), torch.arange(SRC_LEN).flip(0)].mean().item()
+assert on_diag > 1 / SRC_LEN
 print(f"mean weight on the anti-diagonal: {on_diag:.2f} (uniform would be {1 / SRC_LEN:.2f})")
 fig, ax = plt.subplots(figsize=(4.5, 4), constrained_layout=True)
 im = ax.imshow(align[0].numpy(), vmin=0, vmax=1, cmap="viridis")

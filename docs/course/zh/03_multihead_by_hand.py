@@ -75,6 +75,7 @@ mine, w_heads = mha_by_hand(x, y)
 theirs, _ = ref(x, y, y)
 print("cross-attention  max |by hand - torch| =", (mine - theirs).abs().max().item())
 mine_self, _ = mha_by_hand(x, x)
+assert (mine - theirs).abs().max() < 1e-12 and (mine_self - ref(x, x, x)[0]).abs().max() < 1e-12
 print("self-attention   max |by hand - torch| =", (mine_self - ref(x, x, x)[0]).abs().max().item())
 
 # %% [markdown]
@@ -86,6 +87,7 @@ print("self-attention   max |by hand - torch| =", (mine_self - ref(x, x, x)[0]).
 # %%
 ours = attnkit.MultiHeadAttention.from_torch(ref)
 out_ak, w_ak = ours(x, y, y, need_weights=True, average_attn_weights=False)
+assert (out_ak - theirs).abs().max() < 1e-12 and (out_ak - mine).abs().max() < 1e-12 and (w_ak - w_heads).abs().max() < 1e-12
 print("attnkit vs torch     :", (out_ak - theirs).abs().max().item())
 print("attnkit vs by hand   :", (out_ak - mine).abs().max().item(), "| weights:", (w_ak - w_heads).abs().max().item())
 q, k, v = ours.project(x, y, y)
@@ -119,6 +121,7 @@ for kv_heads in (H, H // 2, 1):
     k_full, v_full = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
     o = torch.softmax(q @ k_full.transpose(-2, -1) / E**0.5, -1) @ v_full
     diff = (m.merge(o) - m(x, y, y)[0]).abs().max().item()
+    assert diff < 1e-12 and k.shape[1] == kv_heads
     n_kv = sum(p.numel() for p in (*m.k_proj.parameters(), *m.v_proj.parameters()))
     print(f"kv_heads={kv_heads}: k shape {tuple(k.shape)}, K/V parameters {n_kv}, max |by hand - attnkit| = {diff:.1e}")
 

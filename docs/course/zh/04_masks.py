@@ -84,6 +84,7 @@ for causal in (True, False):
     a, _ = mha(x, causal=causal)
     b, _ = mha(x2, causal=causal)
     leak = (a[:, :-1] - b[:, :-1]).abs().max().item()  # 位置 0..N-2 不应察觉到变化
+    assert (leak < 1e-12) == causal
     print(f"causal={causal!s:5s}: max change at earlier positions = {leak:.2e}")
 
 # %% [markdown]
@@ -98,6 +99,7 @@ x3[:, n_valid:] = 100 * torch.randn(N - n_valid, D, dtype=torch.float64)
 for mask in (pad, None):
     a, _ = mha(x, mask=mask)
     b, _ = mha(x3, mask=mask)
+    assert ((a[:, :n_valid] - b[:, :n_valid]).abs().max() < 1e-12) == (mask is not None)
     print(f"padding mask {'on ' if mask is not None else 'off'}: max change of real tokens = {(a[:, :n_valid] - b[:, :n_valid]).abs().max().item():.2e}")
 
 # %% [markdown]
@@ -110,8 +112,10 @@ for mask in (pad, None):
 empty = attnkit.masks.causal() & attnkit.masks.sliding_window(left=0, right=2) & ~attnkit.masks.sliding_window(left=0, right=0)
 q = torch.randn(1, 1, N, 8)
 res = attnkit.attention(q, q, q, mask=empty)
+assert res.report.fully_masked_rows == N and (res.out == 0).all()
 print("fully masked rows:", res.report.fully_masked_rows, "| any NaN:", bool(res.out.isnan().any()))
 s = (q @ q.transpose(-2, -1))[0, 0].masked_fill(~empty.materialize(N, N)[0, 0], float("-inf"))
+assert torch.softmax(s, -1).isnan().all()
 print("a plain softmax of those rows gives:", torch.softmax(s, -1)[0, :3].tolist())
 
 # %% [markdown]

@@ -53,12 +53,14 @@ bias = alibi.materialize(N, N)[0]  # (H, N, N)
 slopes = 2.0 ** (-8.0 * np.arange(1, H + 1) / H)
 i, j = np.arange(N)[:, None], np.arange(N)[None, :]
 by_hand = -slopes[:, None, None] * np.abs(i - j)
+assert np.abs(by_hand - bias.numpy()).max() < 1e-6
 print("slopes:", np.round(slopes, 4), "| max |by hand - attnkit| =", np.abs(by_hand - bias.numpy()).max())
 
 q = torch.randn(1, H, N, 8, dtype=torch.float64)
 k = torch.randn(1, H, N, 8, dtype=torch.float64)
 v = torch.randn(1, H, N, 8, dtype=torch.float64)
 manual = torch.softmax(q @ k.transpose(-2, -1) / 8**0.5 + bias.double(), -1) @ v
+assert (attnkit.attention(q, k, v, bias=alibi).out - manual).abs().max() < 1e-12
 print("attention(bias=ALiBi) vs adding the bias by hand:", (attnkit.attention(q, k, v, bias=alibi).out - manual).abs().max().item())
 
 # %% [markdown]
@@ -103,6 +105,7 @@ at = lambda x, p: rope(x, torch.tensor([p]))
 m, n = 5, 2
 base = (at(qv, m) * at(kv, n)).sum().item()
 for t in (0, 10, 100, 1000):
+    assert abs((at(qv, m + t) * at(kv, n + t)).sum().item() - base) < 1e-9
     print(f"shift t={t:5d}: q_(m+t) . k_(n+t) = {(at(qv, m + t) * at(kv, n + t)).sum().item():+.10f}  (t=0 gives {base:+.10f})")
 
 from attnkit.modules.positional import SinusoidalPositionalEncoding

@@ -99,10 +99,12 @@ prompt = torch.randint(0, VOCAB, (2, 8))
 n_new = 16 if SMALL else 64
 a = generate_recompute(prompt, n_new)
 b, caches = generate_cached(prompt, n_new)
+assert torch.equal(a, b)
 print("identical tokens:", bool((a == b).all()))
 with torch.no_grad():
     full = model(b)[:, -1]
     step = model(b[:, -1:], start=b.shape[1] - 1, caches=caches)[:, -1]
+torch.testing.assert_close(step, full, rtol=1e-5, atol=1e-5)
 print("max |logits recomputed - logits from cache| =", (full - step).abs().max().item())
 print(f"layer 0 cache: {caches[0].kv_nbytes} bytes of K/V allocated, room for {caches[0].capacity} tokens "
       f"(holds {b.shape[1]} so far) x {b.shape[0]} sequences")
@@ -114,6 +116,7 @@ print(f"layer 0 cache: {caches[0].kv_nbytes} bytes of K/V allocated, room for {c
 # 重算方式随序列变长越来越慢；带缓存的解码器每个词的开销只随对缓存的注意力增长。
 
 # %%
+assert caches[0].kv_nbytes == 2 * b.shape[0] * H * (D // H) * caches[0].capacity * 4 and caches[0].capacity >= b.shape[1]
 lengths = [8, 16, 32] if SMALL else [16, 64, 128, 256]
 rates = {"recompute": [], "KV cache": []}
 for n in lengths:

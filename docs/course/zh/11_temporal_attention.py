@@ -58,9 +58,11 @@ series = co2_data.load_pandas().data["co2"].resample("MS").mean().interpolate()
 diff = np.diff(series.to_numpy())
 mu, sd = diff[: int(0.8 * len(diff))].mean(), diff[: int(0.8 * len(diff))].std()
 z = (diff - mu) / sd  # 只用训练段的统计量做标准化
+assert abs(z[: int(0.8 * len(diff))].mean()) < 1e-9 and abs(z[: int(0.8 * len(diff))].std() - 1) < 1e-9
 T = 24
 X = np.stack([z[i : i + T] for i in range(len(z) - T)])[:, :, None]
 Y = z[T:]
+assert np.array_equal(X[1:, -1, 0], Y[:-1])
 split = int(0.8 * len(X))
 Xtr, Ytr, Xte, Yte = (torch.tensor(a, dtype=torch.float32) for a in (X[:split], Y[:split], X[split:], Y[split:]))
 print(f"{len(series)} months, {len(X)} windows: {split} train, {len(X) - split} test")
@@ -117,6 +119,8 @@ torch.manual_seed(0)
 rmse_attn, weights = fit(AttnLSTM(attention=True), steps)
 torch.manual_seed(0)
 rmse_plain, _ = fit(AttnLSTM(attention=False), steps)
+assert weights.std(0).max() > 0
+assert weights.shape == (len(Xte), T) and torch.allclose(weights.sum(1), torch.ones(len(Xte)))
 seasonal = np.sqrt(np.mean((z[split + T - 12 : len(z) - 12] - z[split + T :]) ** 2)) * sd  # "去年同月"
 print(f"test RMSE of the monthly change (ppm): seasonal naive {seasonal:.3f} | LSTM {rmse_plain:.3f} | LSTM + attention {rmse_attn:.3f}")
 

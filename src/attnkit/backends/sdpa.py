@@ -13,6 +13,15 @@ translating them:
 * fully masked rows are unmasked for the kernel and zeroed afterwards, so no backend version can
   produce NaN for them, in the output or in the gradients.
 
+Two guards run before the kernel, both O(n) (benchmarks/results/reliability_cost.json):
+
+* layout: CPU's fused op reads the head dim of q, k, v as unit-stride without checking, so a last
+  dim that is sliced, transposed in storage or broadcast is copied first (:func:`kernel_layout`);
+  any other strides (permuted or broadcast batch, head and sequence dims) are read as they are;
+* NaN/inf: a sum of q, k and v (:mod:`.nonfinite`); when an input holds a NaN or inf that some
+  query may see, the call gets the reference's result instead (the fused op returns 0, not NaN,
+  for an unmasked query row holding a NaN).
+
 Dense masks and biases are O(L·S) memory; the report records their bytes.
 """
 
@@ -26,6 +35,7 @@ from ..core.call import AttentionCall
 from ..core.masks import CausalMask
 from ..core.output import BackendResult, materialized
 from ..core.tiles import kept_fraction
+from .nonfinite import needs_exact, run_exact
 
 def supports(call: AttentionCall) -> str | None:
     if call.return_weights:
@@ -43,6 +53,23 @@ def _uses_is_causal(call: AttentionCall) -> bool:
 
 
 _HALF = (torch.float16, torch.bfloat16)
+
+
+def kernel_layout(t: torch.Tensor) -> torch.Tensor:
+    """``t`` itself, or a contiguous copy where CPU's fused op would misread it.
+
+    ``_scaled_dot_product_flash_attention_for_cpu`` reads batch, head and sequence through their
+    strides (any value: 0 from ``expand``, permuted, overlapping) but walks the head dim as if its
+    stride were 1, with no check: the public ``scaled_dot_product_attention`` checks
+    ``stride(-1) == 1`` before choosing it, the private op does not. So a last dim that is sliced
+    (``x[..., ::2]``), transposed in storage (``x.transpose(-1, -2)``) or expanded is copied; a
+    size-1 head dim has no stride to get wrong. The op reads its ``attn_mask`` correctly whatever
+    its strides (a transposed dense bias: tests/core/test_layouts.py), so that is not copied."""
+    if t.shape[-1] == 1 or t.stride(-1) == 1:
+        return t
+    return t.contiguous()
+
+
 # CPU's fused kernel also returns the log-sum-exp that the public function drops; the other exact
 # backends return it, so this one does where the op exists (CPU, no dropout, no GQA broadcast)
 _CPU_FLASH = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)  # (out, lse)
@@ -79,6 +106,8 @@ def _dead_keys(allowed: torch.Tensor, Hkv: int) -> torch.Tensor:
 
 
 def run(call: AttentionCall) -> BackendResult:
+    if needs_exact(call):  # NaN/inf in q, k or v: the fused op would zero a NaN query row (..nonfinite)
+        return run_exact(call)
     dt = call.q.dtype
     work = work_dtype(call)
     q, k, v = call.q.to(work), call.k.to(work), call.v.to(work)
@@ -113,6 +142,10 @@ def run(call: AttentionCall) -> BackendResult:
         else:
             empty_rows = ~allowed.any(-1)
             attn_mask = allowed | empty_rows.unsqueeze(-1)
+    if empty_rows is not None:
+        # a query row that may see no key is unmasked for the kernel, so its scores are real products:
+        # zero it, or a huge or NaN q there would reach dk through the backward (0 · inf)
+        q = q.masked_fill(empty_rows.unsqueeze(-1), 0.0)
     # enable_gqa (torch >= 2.5) reads kv head h // groups without copying k and v
     lse = None
     # the op has no GQA broadcast, no E != Ev, no gradient for a float mask (a learned bias) and no
@@ -125,6 +158,7 @@ def run(call: AttentionCall) -> BackendResult:
             attn_mask = torch.zeros((), dtype=work, device=q.device).masked_fill(~attn_mask, float("-inf"))
         if attn_mask is not None:
             attn_mask = attn_mask.expand(attn_mask.shape[0], attn_mask.shape[1], L, S)
+        q, k, v = kernel_layout(q), kernel_layout(k), kernel_layout(v)
         out, lse = _CPU_FLASH(q, k, v, 0.0, is_causal, attn_mask=attn_mask, scale=call.scale)
     else:
         kwargs = {"enable_gqa": True} if call.groups > 1 else {}

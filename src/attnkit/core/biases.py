@@ -157,6 +157,16 @@ class ALiBi(ScoreModifier):
         return f"num_heads={self.num_heads}, align={self.align!r}"
 
 
+def _learned_table(rows: int, heads: int, device, dtype) -> torch.Tensor:
+    """A (rows, heads) table drawn from N(0, 0.02²): an ``nn.Parameter``, except while
+    ``torch.compile`` traces a function that builds the bias (Dynamo cannot construct parameters
+    in a graph). Such a bias is rebuilt, with a fresh random table, at every call, as it is when
+    the same function runs eagerly; build a bias you train once, outside the compiled function."""
+    table = torch.empty(rows, heads, device=device, dtype=dtype)
+    nn.init.normal_(table, std=0.02)
+    return table if torch.compiler.is_compiling() else nn.Parameter(table)
+
+
 def t5_bucket(relative_position: torch.Tensor, *, bidirectional: bool, num_buckets: int, max_distance: int) -> torch.Tensor:
     """T5's bucket of ``pos_k - pos_q``: exact for small distances, log-spaced up to ``max_distance``."""
     n = num_buckets
@@ -210,8 +220,7 @@ class T5RelativeBias(ScoreModifier):
             )
         self.num_buckets, self.max_distance, self.bidirectional = num_buckets, max_distance, bidirectional
         self.align = require_choice("align", align, ALIGNS)
-        self.table = nn.Parameter(torch.empty(num_buckets, num_heads, device=device, dtype=dtype))
-        nn.init.normal_(self.table, std=0.02)
+        self.table = _learned_table(num_buckets, num_heads, device, dtype)
 
     def bias_fn(self, L, S):
         def fn(b, h, q, kv):
@@ -237,8 +246,7 @@ class RelativePositionBias(ScoreModifier):
         self.num_heads = require_positive_int("num_heads", num_heads)
         self.max_distance = require_positive_int("max_distance", max_distance)
         self.align = require_choice("align", align, ALIGNS)
-        self.table = nn.Parameter(torch.empty(2 * max_distance + 1, num_heads, device=device, dtype=dtype))
-        nn.init.normal_(self.table, std=0.02)
+        self.table = _learned_table(2 * max_distance + 1, num_heads, device, dtype)
 
     def bias_fn(self, L, S):
         def fn(b, h, q, kv):

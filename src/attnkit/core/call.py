@@ -22,6 +22,7 @@ import torch
 from . import hooks
 from .biases import ScoreModifier, as_modifier
 from .checks import require_bool, require_dense_rank, require_finite_scale, require_floating, require_ndim, require_probability, require_tensor
+from .checks import require_real_data, require_unambiguous_2d_mask
 from .custom_checks import check_custom_functions
 from .dispatch import choose
 from .masks import Mask, as_mask
@@ -103,7 +104,9 @@ def make_call(
     sc = as_score(score)
     sc.check_head_dim(E)
     require_dense_rank("mask", mask)
+    require_unambiguous_2d_mask(mask, B, L)
     m = as_mask(mask)
+    require_real_data("mask", m, q.device)
     if m is not None:
         bs = m.batch_size
         if bs is not None and bs != B:
@@ -113,6 +116,7 @@ def make_call(
     for part in bias if isinstance(bias, (list, tuple)) else (bias,):
         require_dense_rank("bias", part)
     bm = as_modifier(bias)
+    require_real_data("bias", bm, q.device)
     if bm is not None:
         if bm.num_heads is not None and bm.num_heads != H:
             raise ValueError(f"bias was built for num_heads={bm.num_heads} but q has H={H}; build it with num_heads={H}")
@@ -167,6 +171,13 @@ def attention(
     * ``memory_budget``: bytes of extra memory ``auto`` may plan for (default: ``attnkit.options``).
 
     B = 0 returns empty tensors without running a backend; on the ``meta`` device only shapes flow.
+
+    Masked keys never leak: key/value rows that no query of their head may see (padding, unused
+    cache slots) are zeroed first, so a NaN or inf there changes no output and no gradient. A value
+    row that some query may see is not covered: its NaN reaches every query row of the head in that
+    column, also rows the mask hides it from (causal: earlier rows), since their weight is 0 and
+    0 · NaN = NaN, as in ``softmax(scores) @ v``; a fully masked row stays 0. Every backend gives
+    the same NaN positions.
     """
     call = make_call(
         q, k, v, score=score, mask=mask, bias=bias, scale=scale, dropout_p=dropout_p,
@@ -186,27 +197,19 @@ def attention(
         result = AttentionOutput(res.out, res.weights, res.lse, report)
     if hooks._OBSERVERS:  # a plain list test: free, and traceable by torch.compile
         if torch.compiler.is_compiling():
-            if _observed_here():  # another thread's capture must not break this thread's graph
-                _notify_eagerly(call, result)  # observers are Python code: outside the graph
+            from . import traced  # loads torch._dynamo, already loaded while tracing
+
+            if traced.constant(_observed_here):  # another thread's capture must not break this thread's graph
+                traced.notify_eagerly(call, result)  # observers are Python code: outside the graph
         elif hooks.has_observers():  # observers (attnkit.inspect.capture) see the finished call; output unchanged
             hooks.notify(call, result)
     return result
 
 
-@torch._dynamo.assume_constant_result
 def _observed_here() -> bool:
-    # read while tracing (Dynamo cannot trace a ContextVar); the list length it guards on changes
-    # whenever a capture opens or closes, which retraces
+    # read while tracing, as a constant (Dynamo cannot trace a ContextVar); the list length it
+    # guards on changes whenever a capture opens or closes, which retraces
     return bool(hooks._ACTIVE.get())
-
-
-@torch.compiler.disable(
-    reason="attnkit.inspect.capture (an attention observer) is active: it records each call in Python, outside "
-    "the graph, so a fullgraph=True / torch.export trace cannot include it; compile without fullgraph, or capture an uncompiled run"
-)
-def _notify_eagerly(call: AttentionCall, result: AttentionOutput) -> None:
-    if hooks.has_observers():
-        hooks.notify(call, result)
 
 
 def _count(n: object) -> int | torch.Tensor | None:

@@ -64,6 +64,45 @@ def require_dense_rank(name: str, t: Any) -> None:
     )
 
 
+def require_unambiguous_2d_mask(t: Any, B: int, L: int) -> None:
+    """A 2-D mask tensor is read as (L, S). When the batch size equals the query length (B == L > 1)
+    it could as well be a (B, S) per-sequence padding mask, and reading it as (L, S) would be silently
+    wrong for that user: refused, as 3-D masks are, with the two spellings that say which is meant."""
+    if not isinstance(t, torch.Tensor) or t.dim() != 2 or not (t.shape[0] == B == L) or B == 1:
+        return
+    raise ValueError(
+        f"mask of shape {tuple(t.shape)} is ambiguous: q has B={B} and L={L}, so a 2-D mask reads as (L, S) (one mask for "
+        f"every sequence) or as (B, S) (per-sequence key padding); say which: mask[None, None] gives (1, 1, L, S), "
+        f"mask[:, None, None] gives (B, 1, 1, S) for padding (or build it with attnkit.masks.padding_mask(lengths, S) / "
+        f"attnkit.masks.from_key_padding_mask(kpm))"
+    )
+
+
+_DATA_ATTRS = ("t", "valid", "kv_ids", "q_ids", "prefix")  # the tensors masks and dense biases hold
+
+
+def require_real_data(name: str, obj: Any, device: torch.device) -> None:
+    """A mask or bias (``name``) used with real (non-``meta``) q, k, v must not hold ``meta`` tensors:
+    they have shapes but no values, so any backend would fail deep inside a copy. Walks combined
+    masks and summed biases. Skipped while ``torch.compile`` traces (Dynamo owns the objects then)."""
+    if obj is None or device.type == "meta" or torch.compiler.is_compiling():
+        return
+    stack = [obj]
+    while stack:
+        o = stack.pop()
+        stack += list(getattr(o, "parts", ()) or ()) + [i for i in (getattr(o, "inner", None),) if i is not None]
+        held = [getattr(o, a, None) for a in _DATA_ATTRS]
+        if isinstance(o, torch.nn.Module):
+            held += list(o.parameters(recurse=False)) + list(o.buffers(recurse=False))
+        for t in held:
+            if isinstance(t, torch.Tensor) and t.device.type == "meta":
+                raise ValueError(
+                    f"{name} holds a tensor on the meta device (shape {tuple(t.shape)}, in {type(o).__name__}) but q, k, v are on "
+                    f"{device}; a meta tensor has shapes but no values: build the {name} from real data on {device}, or pass "
+                    "q, k, v on the meta device too for a shape-only run"
+                )
+
+
 def require_probability(name: str, p: Any) -> float:
     if isinstance(p, bool) or not isinstance(p, (int, float)):
         raise TypeError(f"{name} must be a float in [0, 1), got {type(p).__name__}")

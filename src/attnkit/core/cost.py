@@ -58,14 +58,23 @@ RATES = {
     # half rates are ~its float32 rate: bf16 1.02x, fp16 1.04x (benchmarks/results/bf16_rates.json "half_rates")
     "blockwise_flops": {torch.float32: 85e9, torch.bfloat16: 1.02 * 85e9, torch.float16: 1.04 * 85e9, torch.float64: 35e9},
     "reference_flops": {torch.float32: 110e9, torch.bfloat16: 110e9, torch.float16: 110e9, torch.float64: 40e9},
+    # blockwise on PyTorch's fused CPU kernel: unmasked and causal calls are SDPA's own kernel, so its
+    # rates; banded windows run (64 x (64 + window)) tiles with a shared additive mask, ~0.6x that
+    # rate in float32 and ~1.4x float32 in bf16 (benchmarks/flex_race.py, 1 thread); flops counted
+    # over the pairs the kernel computes (the band's 64 + window keys per query)
+    "fused_flops": {torch.float32: 115e9, torch.bfloat16: _SDPA_BF16, torch.float64: 40e9},
+    "fused_band_flops": {torch.float32: 70e9, torch.bfloat16: 100e9, torch.float64: 25e9},
+    "fused_call_overhead_s": 25e-6,  # one fused kernel call, its views and the copy of its result
     "elem_per_s": 1.2e9,  # one element-wise op over one fp32 element
     "tile_overhead_s": 40e-6,  # Python and dispatch cost of one blockwise tile
-    "call_overhead_s": {"sdpa": 30e-6, "blockwise": 300e-6, "reference": 100e-6},
+    "call_overhead_s": {"sdpa": 30e-6, "blockwise": 300e-6, "blockwise_fused": 80e-6, "reference": 100e-6},
 }
 
 MASK_OPS = 3.0  # element-wise passes to evaluate a mask predicate on one element
 
-Estimate = dict[str, float]  # {"time_s": seconds, "bytes": extra bytes}
+# {"time_s": seconds, "bytes": extra bytes}, and optionally "path": which of a backend's code paths
+# the estimate is for (the report names it)
+Estimate = dict[str, float | str]
 
 MARGIN = 1.10  # a less preferred backend must be estimated this many times faster to be chosen
 
@@ -105,7 +114,8 @@ def score_ops(call: "AttentionCall") -> float:
 
 
 def describe(e: Estimate) -> str:
-    return f"{e['time_s'] * 1e3:.2f} ms, {mib(e['bytes'])}"
+    path = f"; path: {e['path']}" if "path" in e else ""
+    return f"{e['time_s'] * 1e3:.2f} ms, {mib(e['bytes'])}{path}"
 
 
 def mib(n: float) -> str:

@@ -55,23 +55,33 @@ def _check(obj, kind: str, sig: str, fn, takes_score: bool, B: int, H: int, L: i
     l, s = min(L, 3), min(S, 5)  # distinct sizes, so a result missing an axis cannot pass by accident
     g = index_grid((0, l), (0, s), batch=nb, heads=nh, device=device)
     grid = (nb, nh, l, s)
-    name = getattr(obj, "name", getattr(fn, "__name__", repr(fn)))
+    # no repr(fn) unless needed: Dynamo cannot repr a function defined in the compiled function
+    name = getattr(obj, "name", None) or getattr(fn, "__name__", None) or repr(fn)
     args = (g.b, g.h, g.q, g.kv)
     if takes_score:
         args = (torch.zeros(grid, device=device),) + args
-    with torch.no_grad():
-        out = fn(*args)
+    arg = "mask" if kind == "mask predicate" else "bias"
+    try:
+        with torch.no_grad():
+            out = fn(*args)
+    except (RuntimeError, IndexError) as err:  # a size or index error from inside the user's function
+        raise ValueError(
+            f"{arg}: {kind} {name!r} {sig} failed when called on the index grid b {tuple(g.b.shape)}, h {tuple(g.h.shape)}, "
+            f"q_idx {tuple(g.q.shape)}, kv_idx {tuple(g.kv.shape)} (a tile of shape {grid}): {type(err).__name__}: {err}; "
+            f"it is called on tiles of any size, not on the full (L, S) = ({L}, {S}) grid: compute it from the broadcast "
+            "indices (e.g. table[h, q_idx - kv_idx]) instead of tensors of a fixed (L, S) shape"
+        ) from err
     if not isinstance(out, torch.Tensor):
         if isinstance(out, (bool, int, float)) and not (kind == "mask predicate" and not isinstance(out, bool)):
             object.__setattr__(obj, _CHECKED, True)  # a Python constant broadcasts to anything
             return
-        raise TypeError(f"{kind} {name!r} {sig} must return a tensor, got {type(out).__name__}")
+        raise TypeError(f"{arg}: {kind} {name!r} {sig} must return a tensor, got {type(out).__name__}")
     want = "bool" if kind == "mask predicate" else "numeric (not bool)"
     if (out.dtype == torch.bool) != (kind == "mask predicate") or out.is_complex():
-        raise TypeError(f"{kind} {name!r} {sig} must return a {want} tensor, got {out.dtype}")
+        raise TypeError(f"{arg}: {kind} {name!r} {sig} must return a {want} tensor, got {out.dtype}")
     if out.dim() not in (0, 4) or not all(n in (1, w) for n, w in zip(out.shape, grid)):
         raise ValueError(
-            f"{kind} {name!r} {sig} must return a 4-D tensor broadcastable to (B, H, l, s) — shape {grid} on the "
+            f"{arg}: {kind} {name!r} {sig} must return a 4-D tensor broadcastable to (B, H, l, s) — shape {grid} on the "
             f"index grid b {tuple(g.b.shape)}, h {tuple(g.h.shape)}, q_idx {tuple(g.q.shape)}, kv_idx {tuple(g.kv.shape)} "
             f"(or a 0-d constant), got shape {tuple(out.shape)}; compute it from the broadcast indices without reshaping"
         )

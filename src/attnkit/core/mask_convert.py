@@ -54,8 +54,12 @@ class KeyPaddingMask(Mask):
 
 def padding_mask(lengths: torch.Tensor | list[int], max_len: int, *, side: str = "right") -> Mask:
     """Keys ``>= lengths[b]`` are padding (``side="right"``), or the first ``max_len - lengths[b]`` (left)."""
+    if isinstance(max_len, bool) or not isinstance(max_len, int):
+        raise TypeError(f"max_len must be an int (the key length S), got {type(max_len).__name__} ({max_len!r})")
+    if max_len < 0:
+        raise ValueError(f"max_len must be >= 0 (the key length S), got {max_len}")
     lengths = torch.as_tensor(lengths)
-    if lengths.dim() != 1 or lengths.dtype.is_floating_point:
+    if lengths.dim() != 1 or lengths.dtype.is_floating_point or lengths.dtype == torch.bool:
         raise ValueError(f"lengths must be a 1-D integer tensor (B,), got {lengths.dtype} shape {tuple(lengths.shape)}")
     if values_readable(lengths) and (bool((lengths < 0).any()) or bool((lengths > max_len).any())):
         raise ValueError(f"lengths must lie in [0, max_len={max_len}], got {lengths.tolist()}")

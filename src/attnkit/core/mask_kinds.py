@@ -144,6 +144,10 @@ class KeyPrefixMask(Mask):
     def positional(self):
         return not isinstance(self.prefix, torch.Tensor)
 
+    @property
+    def cache_key(self):
+        return None if isinstance(self.prefix, torch.Tensor) else ("key_prefix", self.prefix)
+
     def __repr__(self):
         return f"KeyPrefixMask({self.prefix!r})"
 

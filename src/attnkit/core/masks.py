@@ -77,7 +77,9 @@ class Mask:
 
     @property
     def cache_key(self) -> tuple | None:
-        """A hashable value that fixes the mask completely (for caching per-shape plans), or None."""
+        """A hashable value that fixes the mask completely (for caching per-shape plans), or None.
+        Built-in kinds spell it ``(kind, *constructor arguments)`` so :func:`from_cache_key` can
+        rebuild the mask from it (what ``torch.compile`` hands the blockwise tile planner)."""
         return None
 
     @property
@@ -106,6 +108,8 @@ class Mask:
         return OrMask(_as_mask(other, "other"), self)
 
     def __invert__(self) -> "Mask":
+        # inside a torch.compile'd function spell it NotMask(m): Dynamo traces & and | between
+        # masks but not ~ on a Python object (nor & / | with a bool tensor: wrap it in TensorMask)
         return NotMask(self)
 
     # evaluation --------------------------------------------------------------------------------
@@ -195,6 +199,24 @@ def as_mask(m: object) -> Mask | None:
     return None if m is None else _as_mask(m, "mask")
 
 
+def from_cache_key(key: tuple | None) -> Mask | None:
+    """The mask a built-in :attr:`Mask.cache_key` describes, or None for a key of unknown kind.
+
+    Under ``torch.compile`` a mask built inside the compiled function exists only as Dynamo's model
+    of it, so code that must run in Python while tracing (the blockwise tile map, a constant of the
+    graph) is handed the key, a tuple of Python constants, and rebuilds the mask from it."""
+    if not isinstance(key, tuple) or not key:
+        return None
+    kind, *args = key
+    if kind in ("AndMask", "OrMask", "NotMask"):
+        parts = [from_cache_key(a) for a in args]
+        if any(p is None for p in parts):
+            return None
+        return {"AndMask": AndMask, "OrMask": OrMask, "NotMask": NotMask}[kind](*parts)
+    cls = {"causal": CausalMask, "sliding_window": SlidingWindowMask, "chunked": ChunkedMask, "key_prefix": KeyPrefixMask}.get(kind)
+    return None if cls is None else cls(*args)
+
+
 # the named masks ---------------------------------------------------------------------------------
 # Imported last, not at the top: mask_kinds and mask_convert subclass Mask (and use ALIGNS and
 # Predicate), so they import this module, which must be fully defined by then. Re-exporting them
@@ -229,6 +251,7 @@ __all__ = [
     "OrMask",
     "NotMask",
     "as_mask",
+    "from_cache_key",
     # mask_kinds
     "CausalMask",
     "SlidingWindowMask",

@@ -2,7 +2,7 @@ r"""The online softmax, once: running max and sum with the -inf guard, and the l
 
 Milakov & Gimelshein 2018, https://arxiv.org/abs/1805.02867; used tile by tile in
 FlashAttention (Dao et al. 2022, https://arxiv.org/abs/2205.14135). Users: the blockwise
-backend (:mod:`attnkit.backends.blockwise`, base 2), ring attention's block math
+backend (:mod:`attnkit.backends.blockwise`, through :func:`exp_`), ring attention's block math
 (:mod:`attnkit.distributed.block`), the streamed row summaries
 (:mod:`attnkit.inspect.row_summary`) and :func:`attnkit.core.softmax.safe_softmax`.
 
@@ -22,8 +22,14 @@ Two partial results over disjoint key sets merge by log-sum-exp (:func:`merge`):
 :math:`\mathrm{lse} = \log(e^{\mathrm{lse}_1} + e^{\mathrm{lse}_2})`,
 :math:`o = e^{\mathrm{lse}_1 - \mathrm{lse}} o_1 + e^{\mathrm{lse}_2 - \mathrm{lse}} o_2`.
 
-``base2=True`` works in base 2 (scores already multiplied by :math:`\log_2 e`, ``exp2``/``log2``):
-on CPU fp32 ``exp`` has a 10–30× slow path below −87 that ``exp2`` does not.
+Scores, max and lse are in natural units (with ``scale``, scores and max in units of 1/scale, see
+:func:`step`). ``exp2=True`` computes each exponential as :math:`2^{(s - m) \log_2 e}` (:func:`exp_`):
+on CPU fp32 ``exp`` has a 10–30× slow path below −87 (and at −inf, every masked score) that ``exp2``
+does not. The shift comes first and the conversion to base 2 second, so the conversion's rounding
+is relative to :math:`|s - m|` (0 for the row's largest score), as in ``exp(s - m)``. Scaling the
+scores by :math:`\log_2 e` before the shift would round them relative to :math:`|s|`: a weight off
+by ~:math:`|s| \cdot 6 \cdot 10^{-8}` relative, 4e-5 at logits of ~700, many times the error of
+the plain float32 softmax (``tests/core/test_online_softmax.py`` measures both).
 
 Shape legend: s (..., n) one tile's scores of a row batch; m, ell, lse (..., 1) with ``keepdim``
 (or (...) where noted); o (..., Ev).
@@ -33,9 +39,10 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["guard", "step", "finish", "merge"]
+__all__ = ["guard", "step", "finish", "merge", "exp_"]
 
 _INF = float("inf")
+_LOG2E = 1.4426950408889634
 
 
 def guard(m: torch.Tensor) -> torch.Tensor:
@@ -43,41 +50,53 @@ def guard(m: torch.Tensor) -> torch.Tensor:
     return torch.where(torch.isneginf(m), 0.0, m)
 
 
+def exp_(x: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
+    r"""In place :math:`e^{\mathrm{scale} \cdot x}` computed as :math:`2^{x \cdot \mathrm{scale} \log_2 e}`
+    (x ≤ 0, already shifted by the row max: the conversion then rounds relative to |x|). In float32, exponents below float32's normal
+    range (:math:`2^{-126}`) give denormal results, which x86 computes and sums at a fraction of the
+    speed (ALiBi's far keys: 2.5× slower tiles); they are :math:`< 2^{-126}` of the row's largest term
+    and vanish in its sum anyway, so they become exact zeros. ``threshold_`` is one in-place pass
+    (x ≤ t → -inf; NaN kept): ``masked_fill_(x < t)`` cost dense tiles +40%."""
+    x = x.mul_(scale * _LOG2E)
+    if x.dtype == torch.float32:
+        torch.nn.functional.threshold_(x, -126.0, -_INF)
+    return x.exp2_()
+
+
 def step(
-    m: torch.Tensor, s: torch.Tensor, *, base2: bool = False, inplace: bool = False
+    m: torch.Tensor, s: torch.Tensor, *, exp2: bool = False, inplace: bool = False, scale: float = 1.0
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Fold one tile of scores s (..., n) into the running max m (..., 1).
 
     Returns ``(m_new, m_use, p, alpha)``: the new running max (..., 1) (-inf on rows with nothing
     allowed yet), its guarded form used as the shift, ``p = exp(s - m_use)`` (..., n) and
     ``alpha = exp(m - m_use)`` (..., 1), the factor that rescales earlier partial sums.
-    ``inplace`` reuses s's storage for p (the scores are then gone)."""
+    ``inplace`` reuses s's storage for p (the scores are then gone); ``exp2`` computes the
+    exponentials with :func:`exp_` (in place only), which also takes ``scale`` > 0: scores in units
+    of 1/scale (``p = exp(scale · (s - m_use))``; the max commutes with a positive scale)."""
+    if scale != 1.0 and not (inplace and exp2):
+        raise ValueError(f"scale={scale} needs inplace=True and exp2=True; pass scores in natural units otherwise")
     m_new = torch.maximum(m, s.amax(-1, keepdim=True))
     m_use = guard(m_new)
+    if inplace and exp2:
+        return m_new, m_use, exp_(s.sub_(m_use), scale), exp_(m - m_use, scale)
     if inplace:
         p = s.sub_(m_use)
         if p.dtype == torch.float32:
-            # exponents below float32's normal range give denormal p, which x86 computes and sums at a
-            # fraction of the speed (ALiBi's far keys: 2.5x slower tiles); they are < 2^-126 of the row's
-            # largest term and vanish in its sum anyway, so make them exact zeros. threshold_ is one
-            # in-place pass (x <= t -> -inf; NaN kept): masked_fill_(p < t) cost dense tiles +40%
-            torch.nn.functional.threshold_(p, -126.0 if base2 else -87.3, -_INF)
-        p = p.exp2_() if base2 else p.exp_()
-        alpha = (m - m_use).exp2_() if base2 else (m - m_use).exp_()
-    else:
-        exp = torch.exp2 if base2 else torch.exp
-        p, alpha = exp(s - m_use), exp(m - m_use)
-    return m_new, m_use, p, alpha
+            # as in exp_: results below float32's normal range become exact zeros
+            torch.nn.functional.threshold_(p, -87.3, -_INF)
+        return m_new, m_use, p.exp_(), (m - m_use).exp_()
+    return m_new, m_use, torch.exp(s - m_use), torch.exp(m - m_use)
 
 
-def finish(m: torch.Tensor, ell: torch.Tensor, *, base2: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+def finish(m: torch.Tensor, ell: torch.Tensor, *, scale: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
     """``(safe, lse)`` from the final running max m and sum ell: ``safe`` is ell with 0 replaced by 1
-    (divide the unnormalised output by it: empty rows stay 0) and ``lse = m + log ell``, -inf on
-    rows with nothing allowed. Any m works where ell > 0 (guarded or not)."""
+    (divide the unnormalised output by it: empty rows stay 0) and ``lse = scale · m + log ell``
+    (``scale`` as in :func:`step`), -inf on rows with nothing allowed. Any m works where ell > 0
+    (guarded or not)."""
     nonempty = ell != 0  # not `> 0`: a NaN sum is a NaN row (lse NaN), not an empty one
     safe = torch.where(nonempty, ell, 1.0)
-    log = torch.log2 if base2 else torch.log
-    lse = torch.where(nonempty, guard(m) + log(safe), -_INF)
+    lse = torch.where(nonempty, guard(m) * scale + torch.log(safe), -_INF)
     return safe, lse
 
 

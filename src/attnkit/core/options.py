@@ -82,11 +82,12 @@ def set_defaults(**kw: int | None) -> None:
 def current() -> Options:
     """The effective options here: context overrides over process defaults."""
     if torch.compiler.is_compiling():
-        return Options(*_traced_values())
+        from . import traced  # loads torch._dynamo, already loaded while tracing
+
+        return Options(*traced.constant(_traced_values))
     return _current()
 
 
-@torch._dynamo.assume_constant_result
 def _traced_values() -> tuple[int | None, ...]:
     # read outside the graph while tracing (Dynamo cannot trace ContextVar.get); a tuple of
     # ints/None is a constant Dynamo can bake in

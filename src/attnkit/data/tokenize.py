@@ -1,4 +1,4 @@
-"""Tokenizers for the seq2seq data: characters (dates) and subwords (text).
+"""Tokenizers for the seq2seq data: characters (dates), whitespace tokens and subwords (text).
 
 Both share one contract so models, decoding and metrics never care which one they got:
 
@@ -9,9 +9,10 @@ Both share one contract so models, decoding and metrics never care which one the
   and ``vocab_size``.
 
 :class:`CharTokenizer` maps each character seen in the training texts to an id (unknown
-characters become ``UNK``). :class:`SubwordTokenizer` trains a byte-pair-encoding model
-(Sennrich et al. 2016, https://arxiv.org/abs/1508.07909) with the Hugging Face ``tokenizers``
-library on the *training split only*, so no test sentence shapes the vocabulary.
+characters become ``UNK``); :class:`WordTokenizer` does the same for whitespace-separated
+tokens. :class:`SubwordTokenizer` trains a byte-pair-encoding model (Sennrich et al. 2016,
+https://arxiv.org/abs/1508.07909) with the Hugging Face ``tokenizers`` library on the *training
+split only*, so no test sentence shapes the vocabulary.
 
 Shape legend: ids are plain Python lists; :func:`pad_batch` returns (B, T) long tensors.
 """
@@ -56,6 +57,23 @@ class CharTokenizer:
                 continue
             out.append(self.itos[i] if 0 <= i < len(self.itos) else SPECIALS[UNK])
         return out
+
+
+class WordTokenizer(CharTokenizer):
+    """One id per whitespace-separated token seen in ``texts`` (sorted); ``decode`` joins with one space."""
+
+    def __init__(self, texts: Iterable[str]):
+        words = sorted({w for t in texts for w in t.split()})
+        if not words:
+            raise ValueError("WordTokenizer needs at least one non-blank training text, got none; pass the training split's strings")
+        self.itos = list(SPECIALS) + words
+        self.stoi = {w: i for i, w in enumerate(self.itos)}
+
+    def encode(self, text: str) -> list[int]:
+        return [self.stoi.get(w, UNK) for w in text.split()]
+
+    def decode(self, ids: Iterable[int]) -> str:
+        return " ".join(self.tokens(ids, stop_at_eos=True, keep_specials=False))
 
 
 class SubwordTokenizer:

@@ -78,8 +78,10 @@ def _show(field: str, value: int) -> str:
     return str(value)
 
 
-def check_agreement(row: list[int], group: dist.ProcessGroup, timeout: timedelta | None, device: torch.device) -> None:
-    """All-gather every rank's shapes and flags; raise the same ValueError everywhere on a mismatch."""
+def check_agreement(row: list[int], group: dist.ProcessGroup, timeout: timedelta | None, device: torch.device) -> torch.Tensor:
+    """All-gather every rank's shapes and flags; raise the same ValueError everywhere on a mismatch.
+    Entries past the checked fields ride along unchecked (per-rank facts, such as whether its inputs
+    are finite); the gathered (W, len(row)) rows are returned."""
     rows = all_gather_rows(torch.tensor(row, dtype=torch.int64, device=device), group, timeout, "ring_attention shape check")
     mismatched = [i for i in range(len(_FIELDS)) if not bool((rows[:, i] == rows[0, i]).all())]
     if mismatched:
@@ -92,3 +94,4 @@ def check_agreement(row: list[int], group: dist.ProcessGroup, timeout: timedelta
             "Shard every rank's sequence with shard_sequence(x, dim=2, layout=...) so all shards have the same "
             "length Lr, and pass the same causal/layout/seq_len everywhere"
         )
+    return rows

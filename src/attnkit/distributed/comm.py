@@ -142,3 +142,12 @@ def all_gather_rows(row: torch.Tensor, group: dist.ProcessGroup, timeout: timede
     work = dist.all_gather(rows, row.contiguous(), group=group, async_op=True)
     wait_all([work], timeout=timeout, what=f"{what} (all_gather, rank {dist.get_rank(group)} of {world_size})")
     return torch.stack(rows)
+
+
+def all_gather_tensor(t: torch.Tensor, group: dist.ProcessGroup, timeout: timedelta | None, what: str) -> list[torch.Tensor]:
+    """All-gather one same-shaped tensor from every rank (a list indexed by rank), with the timeout applied."""
+    world_size = dist.get_world_size(group)
+    parts = [torch.empty_like(t, memory_format=torch.contiguous_format) for _ in range(world_size)]
+    work = dist.all_gather(parts, t.contiguous(), group=group, async_op=True)
+    wait_all([work], timeout=timeout, what=f"{what} (all_gather, rank {dist.get_rank(group)} of {world_size})")
+    return parts

@@ -75,6 +75,7 @@ from .block import accum_dtype, block_backward, block_forward, group_queries, me
 from .checks import check_agreement, check_local
 from .comm import RingComm, check_timeout, resolve_group
 from .layout import LAYOUTS, chunks_per_rank, rank_chunks
+from .ring_exact import gathered_reference, local_nonfinite
 from .ring_masks import FULL_PAIR, SKIP_PAIR, block_allowed, block_bias, chunk_codes, resolve_bias, resolve_mask
 
 
@@ -293,12 +294,20 @@ def ring_attention(
     B, H, Lr, E = q.shape
     total = world_size * Lr
     is_causal = isinstance(the_mask, M.CausalMask)
+    L = total if seq_len is None else seq_len
+    chunk_len = Lr // chunks_per_rank(layout)
+    qd, kd = qk
+    if L < total:
+        # positions >= L are padding: masked, but a caller's buffer may hold anything there (NaN, inf),
+        # and 0 * NaN in p @ v is NaN, so zero them before any product (gradients there are then 0)
+        pad = _chunk_positions(rank_chunks(layout, rank, world_size), chunk_len, q.device) >= L  # (Lr,)
+        qd, kd, v = (t.masked_fill(pad.view(-1, 1), 0.0) for t in (qd, kd, v))
+    exact = local_nonfinite(qd, kd, v, the_bias)  # NaN/inf anywhere: the gathered reference (ring_exact)
     if world_size > 1:
         row = [B, H, k.shape[1], Lr, E, v.shape[-1], int(is_causal), LAYOUTS.index(layout), -1 if seq_len is None else seq_len]
-        check_agreement(row, group, wait_for, q.device)
+        exact = bool(check_agreement(row + [int(exact)], group, wait_for, q.device)[:, -1].any())
     if seq_len is not None and seq_len > total:
         raise ValueError(f"seq_len={seq_len} exceeds the sharded length W * Lr = {world_size} * {Lr} = {total}")
-    L = total if seq_len is None else seq_len
     for name, obj, build in (("mask", the_mask, lambda m: m.predicate(L, L)), ("bias", the_bias, lambda b: b.bias_fn(L, L))):
         if obj is not None:
             try:
@@ -307,7 +316,6 @@ def ring_attention(
                 raise ValueError(f"ring_attention's {name} is over global positions of all L={L} tokens: {e}") from None
     if the_mask is not None and the_mask.batch_size not in (None, B):
         raise ValueError(f"mask was built for batch size {the_mask.batch_size} but q has B={B}; build it for this batch")
-    chunk_len = Lr // chunks_per_rank(layout)
     cfg = _RingConfig(
         group=group,
         rank=rank,
@@ -324,12 +332,10 @@ def ring_attention(
         H=H,
         Hkv=k.shape[1],
     )
-    qd, kd = qk
-    if L < total:
-        # positions >= L are padding: masked, but a caller's buffer may hold anything there (NaN, inf),
-        # and 0 * NaN in p @ v is NaN, so zero them before any product (gradients there are then 0)
-        pad = _chunk_positions(rank_chunks(layout, rank, world_size), chunk_len, q.device) >= L  # (Lr,)
-        qd, kd, v = (t.masked_fill(pad.view(-1, 1), 0.0) for t in (qd, kd, v))
+    if exact:
+        out = gathered_reference(qd, kd, v, cfg, chunk_len)
+        report = Report("ring", f"NaN or inf in the inputs of some rank: the reference on the sequence gathered from {world_size} ranks")
+        return AttentionOutput(out, None, None, report)
     out = _RingAttention.apply(qd, kd, v, cfg)
     report = Report("ring", f"ring attention over {world_size} ranks, layout {layout!r}")
     return AttentionOutput(out, None, None, report)

@@ -33,8 +33,9 @@ log-sum-exp. Any other argument a model's own ``eager_attention_forward`` reads 
 implement raises a ValueError rather than being dropped.
 
 ``output_attentions=True`` — passed down, collected by transformers' ``@capture_outputs`` hooks, or
-held by the calling layer (Falcon) — makes the call return weights, as eager does (a weight-returning
-backend runs); to see weights while the model keeps its fused backend, use :func:`attnkit.inspect.capture`.
+given to a layer that keeps it (Falcon), read by forward hooks on that layer — makes the call return
+weights, as eager does (a weight-returning backend runs; :mod:`attnkit.integrations.hf_weights`); to
+see weights while the model keeps its fused backend, use :func:`attnkit.inspect.capture`.
 
 Shape legend: B batch, H query heads, Hkv key/value heads, L queries, S keys, E / Ev head dims.
 """
@@ -53,6 +54,7 @@ from ..core import biases as Bi
 from ..core import hooks
 from ..core import masks as M
 from ..core.call import attention
+from . import hf_weights
 
 DEFAULT_NAME = "attnkit"
 
@@ -100,24 +102,6 @@ def _softcap_mod(cap: float) -> Bi.ScoreModifier:
     return Bi.ScoreMod(lambda score, b, h, q, kv: torch.tanh(score / cap) * cap)
 
 
-def _weights_collected() -> bool:
-    """Whether transformers' output capture is collecting attention weights for the running forward.
-
-    Models decorated with ``@capture_outputs`` (GPT-2, OPT, SigLIP, … in transformers ≥ 5) never pass
-    ``output_attentions`` down to the attention call: a hook takes the weights from the layer's
-    return value, and eager always returns them. So when the active collector asks for any
-    ``*attentions`` key, attnkit must return weights too. The collector is private API: if it moves,
-    fall back to the ``output_attentions`` kwarg alone (the weights are then left out, as before).
-    """
-    try:
-        from transformers.utils.output_capturing import _active_collector
-
-        collected = _active_collector.get()
-    except Exception:  # pragma: no cover - depends on the transformers version
-        return False
-    return isinstance(collected, dict) and any(k.endswith("attentions") for k in collected)
-
-
 # what attnkit_attention_forward does something with; anything else a model's own eager function reads is
 # a semantic it would silently drop
 _HANDLED = frozenset({"module", "query", "key", "value", "attention_mask", "scaling", "dropout", "is_causal",
@@ -159,23 +143,6 @@ def _sink_logits(sink: torch.Tensor, B: int, H: int, L: int) -> torch.Tensor:
     )
 
 
-def _caller_wants_weights() -> bool:
-    """Whether the attention layer that called us was itself asked for weights (``output_attentions``).
-
-    Some layers (Falcon, and others whose ``forward`` takes ``output_attentions`` as a named argument)
-    keep the flag and never pass it to the attention function, then return whatever weights it gave:
-    eager always gives them. Read the flag from the calling ``forward``'s frame (two frames up: this
-    function, then ``attnkit_attention_forward``). Skipped while compiling, where frames are not real.
-    """
-    if torch.compiler.is_compiling():
-        return False
-    try:
-        frame = sys._getframe(2)
-    except ValueError:  # pragma: no cover - called from the top of the stack
-        return False
-    return frame.f_locals.get("output_attentions") is True
-
-
 def make_attention_forward(backend: str = "auto") -> Callable:
     """An ``AttentionInterface`` function that runs attnkit with ``backend``."""
 
@@ -211,7 +178,7 @@ def make_attention_forward(backend: str = "auto") -> Callable:
             mods.append(Bi.TensorBias(pos_bias[..., :S]))
         if bias is not None:
             mods.append(bias)
-        want = bool(kwargs.get("output_attentions", False)) or _weights_collected() or _caller_wants_weights()
+        want = hf_weights.wants_weights(kwargs)
         sink = kwargs.get("s_aux") if kwargs.get("s_aux") is not None else kwargs.get("sinks")
         run = backend
         if sink is not None and backend == "auto":

@@ -14,7 +14,8 @@ cannot route; nor can one that picks an attention class from a table keyed by th
 name (GIT, SAM, Bark: a ``KeyError: 'attnkit'`` from deep inside the model otherwise).
 :func:`routes_through_interface` applies that reading, and :func:`install` makes
 every ``PreTrainedModel`` run it when one of attnkit's names is requested — at ``__init__`` of the
-model and of each sub-model (vision tower, text tower), before any weights are loaded.
+model and of each sub-model (vision tower, text tower), before any weights are loaded. The same
+moment starts :func:`attnkit.integrations.hf_weights.watch` on the model.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ import functools
 import inspect
 import re
 import sys
+
+from . import hf_weights
 
 _ATTENTION_CLASS = re.compile(r"^class \w*Attention\w*\(nn\.Module\):", re.MULTILINE)
 # GIT, SAM, Bark, …: one attention class per implementation name, looked up in a table (KeyError otherwise)
@@ -75,6 +78,7 @@ def install(name: str) -> None:
     def get_correct_attn_implementation(self, requested_attention, is_init_check=False):
         if isinstance(requested_attention, str) and requested_attention in _NAMES:
             check_model_class(type(self), requested_attention)
+            hf_weights.watch(self)  # layers that keep output_attentions (Falcon): see hf_weights
         return original(self, requested_attention, is_init_check)
 
     setattr(get_correct_attn_implementation, _MARK, True)

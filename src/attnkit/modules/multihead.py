@@ -30,7 +30,8 @@ from ..core import masks as M
 from ..core import registry as _registry
 from ..core.call import attention
 from ..core.checks import require_bool, require_ndim, require_positive_int, require_probability, require_tensor
-from ..core.output import AttentionOutput
+from ..core.checks import require_unambiguous_2d_mask
+from ..core.output import AttentionOutput, Report
 from ..core.scores import Score, as_score
 from .mha_inputs import _apply_positions, _check_rotary, _new_token_validity, combine_masks
 from .torch_interop import mha_from_torch, mha_to_torch
@@ -64,9 +65,11 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"num_heads must be a multiple of kv_heads for GQA/MQA, got num_heads={num_heads}, kv_heads={kv_heads}")
         self.embed_dim, self.num_heads, self.kv_heads = embed_dim, num_heads, kv_heads
         self.head_dim = embed_dim // num_heads
-        self.kdim, self.vdim = kdim or embed_dim, vdim or embed_dim
+        self.kdim = embed_dim if kdim is None else require_positive_int("kdim", kdim)
+        self.vdim = embed_dim if vdim is None else require_positive_int("vdim", vdim)
         self.dropout = require_probability("dropout", dropout)
-        self.batch_first = bool(batch_first)
+        self.batch_first = require_bool("batch_first", batch_first)
+        require_bool("bias", bias)
         if backend != "auto":
             _registry.get(backend)  # a misspelt backend fails here, listing the valid names, not at the first forward
         self.backend = backend
@@ -159,6 +162,9 @@ class MultiHeadAttention(nn.Module):
             )
         self_attention = key is None or key is query
         query, key, value = self._inputs(query, key, value)
+        if query.shape[1] == 0:  # no queries: an empty (B, 0, D) output
+            return self._no_queries(query, key.shape[1], need_weights)
+        require_unambiguous_2d_mask(mask, query.shape[0], query.shape[1])  # before it is wrapped as (1, 1, L, S)
         q, k, v = self.project(query, key, value)
         if rotary is not None or positions is not None:
             q, k, bias = _apply_positions(q, k, bias, positions, rotary, self_attention)
@@ -183,6 +189,9 @@ class MultiHeadAttention(nn.Module):
         if cache.batch_size is not None and cache.batch_size != B:
             raise ValueError(C._batch_msg(cache, cache.batch_size, B))
         valid = _new_token_validity(key_padding_mask, attention_mask, B, L, query.device)
+        if L == 0:  # no new tokens: nothing to store or attend, an empty (B, 0, D) output
+            held = 0 if not cache.initialized else int(cache.lengths.max())
+            return self._no_queries(query, min(held, getattr(cache, "window", held)), need_weights)
         q = self.project_q(query)  # (B, H, L, E)
         k, v = self.project_kv(query, query)  # (B, Hkv, L, E) x2
         if positions is None:
@@ -221,8 +230,23 @@ class MultiHeadAttention(nn.Module):
                 raise ValueError("encoder padding was stored when the CrossAttentionCache was filled; don't pass key_padding_mask/attention_mask again")
             query, _, _ = self._inputs(query, None, None)
             view = cache.view(batch=query.shape[0])
+        if query.shape[1] == 0:  # no queries: an empty (B, 0, D) output
+            return self._no_queries(query, view.k.shape[2], need_weights)
         combined = combine_masks(mask, causal=causal, key_valid=view.valid)
         return self._attention(self.project_q(query), view.k, view.v, combined, bias, need_weights)
+
+    def _no_queries(self, query: torch.Tensor, S: int, need_weights: bool) -> tuple[torch.Tensor, AttentionOutput]:
+        """The result for a (B, 0, D) query against S keys: out (B, 0, D), weights (B, H, 0, S) when
+        asked; no backend runs. The empty output still hangs off the projections in autograd."""
+        q = self.project_q(query)  # (B, H, 0, E); E == Ev here, so it is also the empty head output
+        B, H = q.shape[:2]
+        lse_dtype = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
+        res = AttentionOutput(
+            q, q.new_zeros((B, H, 0, S)) if need_weights else None, q.new_zeros((B, H, 0), dtype=lse_dtype),
+            Report(backend="none", reason="no queries (L=0): empty output, no backend run", fully_masked_rows=0),
+        )
+        out = self.merge(q)
+        return (out if self.batch_first else out.transpose(0, 1)), res
 
     def _attention(self, q, k, v, mask, bias, need_weights) -> tuple[torch.Tensor, AttentionOutput]:
         """The one attention call of every path (plain, cached, cross-cached), then the output projection."""

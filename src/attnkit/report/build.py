@@ -10,6 +10,7 @@ returns 1. A progress line per section says what runs now and how long the rest 
 from __future__ import annotations
 
 import platform
+import sys
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -18,10 +19,11 @@ from typing import Callable
 
 import torch
 
+from ..experiments import SetupError, check_out
+from ..page.html import esc, page
+from ..page.i18n import check_lang, label, tr
+from ..page.story import SIZES, SectionContext, StorySection
 from . import cache
-from .html import esc, page
-from .i18n import check_lang, label, tr
-from .story import SIZES, SectionContext, StorySection, legacy
 
 DEFAULT_OUT = Path("report")
 
@@ -36,15 +38,20 @@ class ReportRun:
     seconds: dict = field(default_factory=dict)
 
 
-def default_sections(runs: str | Path = "runs", run_missing: bool = True) -> list[StorySection]:
-    """The story, in the order of the page (see :mod:`.sections`)."""
-    from .sections import story
+def default_sections() -> list[StorySection]:
+    """Every section, in the order of the page (see :mod:`.contents`)."""
+    from .contents import story
 
     return story()
 
 
-def _as_story(sections) -> list[StorySection]:
-    return [s if isinstance(s, StorySection) else legacy(*s) for s in sections]
+def _check_sections(sections) -> list[StorySection]:
+    sections = list(sections)
+    for s in sections:
+        if not isinstance(s, StorySection):
+            raise TypeError(f"sections must be StorySection objects (attnkit.page.story.StorySection), got {type(s).__name__}: "
+                            f"{s!r:.80}; build one with an id, titles, compute(ctx) and render(data, ctx, lang)")
+    return sections
 
 
 def _fmt_s(s: float) -> str:
@@ -54,7 +61,7 @@ def _fmt_s(s: float) -> str:
 def _key(sec: StorySection, ctx: SectionContext) -> str | None:
     if not sec.cache:
         return None
-    return cache.section_key(sec.id, {"size": ctx.size, **sec.inputs(ctx)}, sec.modules + ("attnkit.report.story",))
+    return cache.section_key(sec.id, {"size": ctx.size, **sec.inputs(ctx)}, sec.modules + ("attnkit.page.story",))
 
 
 def write_report(
@@ -85,75 +92,105 @@ def write_report(
         raise ValueError(f"size must be one of {', '.join(SIZES)}, got {size!r}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    bench = Path(bench_results) if bench_results is not None and Path(bench_results).is_dir() else None
-    committed_dir = Path(committed_results) if committed_results is not None and Path(committed_results).is_dir() else None
-    ctx = SectionContext(out=out, size=size, runs=Path(runs or "runs"), bench_results=bench, committed_results=committed_dir,
-                         overrides=dict(overrides or {}), run_missing=run_missing)
-    secs = _as_story(default_sections() if sections is None else sections)
+    ctx = SectionContext(out=out, size=size, runs=Path(runs or "runs"), bench_results=_folder(bench_results),
+                         committed_results=_folder(committed_results), overrides=dict(overrides or {}), run_missing=run_missing)
+    secs = _check_sections(default_sections() if sections is None else sections)
     summary = next((s for s in secs if s.id == "summary"), None)
     secs = [s for s in secs if s.id != "summary"]
 
     run = ReportRun(path=out / "index.html")
     rendered: list[tuple[str, str, str, bool]] = []  # (id, heading, body, failed)
-    done_s = est_done = 0.0
+    eta = _Eta(size)
     n = len(secs) + (summary is not None)
     for i, sec in enumerate(secs, 1):
-        t0 = time.perf_counter()
-        heading = sec.heading(lang)
-        left = sum(s.est_s.get(size, 5.0) for s in secs[i - 1:])
-        # how this machine compares with the estimates, once enough has run to tell (clamped: one odd section must not swing it)
-        speed = min(4.0, max(0.5, done_s / est_done)) if est_done >= 30 else 1.0
-        try:
-            key = _key(sec, ctx)
-            data = None if force or key is None else cache.load(out, sec.id, key)
-            if data is not None:
-                log(f"[{i}/{n}] {heading}: {label('en', 'cached')}")
-                run.cached.append(sec.id)
-            else:
-                log(f"[{i}/{n}] {heading} ... (about {_fmt_s(sec.est_s.get(size, 5.0) * speed)}; "
-                    f"ETA for the rest {_fmt_s(left * speed)})")
-                data = sec.compute(ctx)
-                if key is not None:
-                    files = [f for f in data.get("_files", [])]
-                    cache.store(out, sec.id, key, data, files)
-                est_done += sec.est_s.get(size, 5.0)
-                done_s += time.perf_counter() - t0
-            ctx.data[sec.id] = data
-            if data.get("title"):
-                heading = data["title"]
-            body = _frame(sec, lang) + sec.render(data, ctx, lang)
-            bad = False
-            status = f"done in {time.perf_counter() - t0:.1f} s"
-        except Exception as e:  # keep the other sections: show the failure in the page
-            body = (f'<p class="fail">{esc(label(lang, "failed"))}: {esc(type(e).__name__)}: {esc(e)}</p>'
-                    f"<pre>{esc(traceback.format_exc())}</pre>")
-            bad = True
-            run.failed.append(sec.id)
-            status = f"FAILED ({type(e).__name__}: {e})"
-        run.seconds[sec.id] = round(time.perf_counter() - t0, 2)
-        log(f"[{i}/{n}] {heading}: {status}")
+        heading, body, bad = _run_section(sec, ctx, lang, force, run, eta, secs[i - 1:], lambda m: log(f"[{i}/{n}] {m}"))
         rendered.append((sec.id, heading, body, bad))
     if summary is not None:
-        try:
-            body = _frame(summary, lang) + summary.render({}, ctx, lang)
-            rendered.append((summary.id, summary.heading(lang), body, False))
-        except Exception as e:
-            run.failed.append(summary.id)
-            rendered.append((summary.id, summary.heading(lang),
-                             f'<p class="fail">{esc(label(lang, "failed"))}: {esc(type(e).__name__)}: {esc(e)}</p>', True))
+        rendered.append(_summary_part(summary, ctx, lang, run))
         log(f"[{n}/{n}] {summary.heading(lang)}: " + ("FAILED" if summary.id in run.failed else "done"))
-    intro = (
+    run.path.write_text(page(label(lang, "title"), [(h, b) for _, h, b, _ in rendered], intro=_intro(size, lang), lang=lang,
+                             ids=[i for i, _, _, _ in rendered], failed=[f for *_, f in rendered],
+                             contents=label(lang, "contents")), encoding="utf-8")
+    log(f"wrote {run.path}" + (f"; {len(run.failed)} section(s) FAILED: {', '.join(run.failed)}" if run.failed else ""))
+    return run
+
+
+def _folder(path: str | Path | None) -> Path | None:
+    """``path`` when it names an existing folder, else None (that part of the page is left out)."""
+    return Path(path) if path is not None and Path(path).is_dir() else None
+
+
+class _Eta:
+    """Seconds left, from the sections' estimates scaled by how this machine compares with them."""
+
+    def __init__(self, size: str):
+        self.size, self.done_s, self.est_done = size, 0.0, 0.0
+
+    def est(self, sec: StorySection) -> float:
+        return sec.est_s.get(self.size, 5.0)
+
+    def speed(self) -> float:
+        # once enough has run to tell; clamped, so one odd section cannot swing it
+        return min(4.0, max(0.5, self.done_s / self.est_done)) if self.est_done >= 30 else 1.0
+
+    def computed(self, sec: StorySection, seconds: float) -> None:
+        self.est_done += self.est(sec)
+        self.done_s += seconds
+
+
+def _run_section(sec: StorySection, ctx: SectionContext, lang: str, force: bool, run: ReportRun, eta: _Eta,
+                 rest: list[StorySection], log: Callable[[str], None]) -> tuple[str, str, bool]:
+    """Compute (or load from the cache) and render one section: ``(heading, body, failed)``.
+    A failure becomes the section's body (escaped, with its traceback), so the page is still written."""
+    t0 = time.perf_counter()
+    heading = sec.heading(lang)
+    try:
+        key = _key(sec, ctx)
+        data = None if force or key is None else cache.load(ctx.out, sec.id, key)
+        if data is not None:
+            log(f"{heading}: {label('en', 'cached')}")
+            run.cached.append(sec.id)
+        else:
+            log(f"{heading} ... (about {_fmt_s(eta.est(sec) * eta.speed())}; "
+                f"ETA for the rest {_fmt_s(sum(eta.est(s) for s in rest) * eta.speed())})")
+            data = sec.compute(ctx)
+            if key is not None:
+                cache.store(ctx.out, sec.id, key, data, list(data.get("_files", [])))
+            eta.computed(sec, time.perf_counter() - t0)
+        ctx.data[sec.id] = data
+        body, bad = _frame(sec, lang) + sec.render(data, ctx, lang), False
+        status = f"done in {time.perf_counter() - t0:.1f} s"
+    except Exception as e:  # keep the other sections: show the failure in the page
+        body = _failure(e, lang) + f"<pre>{esc(traceback.format_exc())}</pre>"
+        bad = True
+        run.failed.append(sec.id)
+        status = f"FAILED ({type(e).__name__}: {e})"
+    run.seconds[sec.id] = round(time.perf_counter() - t0, 2)
+    log(f"{heading}: {status}")
+    return heading, body, bad
+
+
+def _summary_part(summary: StorySection, ctx: SectionContext, lang: str, run: ReportRun) -> tuple[str, str, str, bool]:
+    try:
+        return summary.id, summary.heading(lang), _frame(summary, lang) + summary.render({}, ctx, lang), False
+    except Exception as e:
+        run.failed.append(summary.id)
+        return summary.id, summary.heading(lang), _failure(e, lang), True
+
+
+def _failure(e: Exception, lang: str) -> str:
+    return f'<p class="fail">{esc(label(lang, "failed"))}: {esc(type(e).__name__)}: {esc(e)}</p>'
+
+
+def _intro(size: str, lang: str) -> str:
+    """The line under the page's title: what ran where, and how the page reads."""
+    return (
         f'<p class="note">attnkit report · {esc(size)} · torch {esc(torch.__version__)} · Python {esc(platform.python_version())} · '
         f"{esc(platform.machine())}, {torch.get_num_threads()} threads · {time.strftime('%Y-%m-%d %H:%M:%S')}</p>"
         + tr(lang, "<p>Each section says which question it answers and how to read its figure; every number in the "
                    "prose is generated from the measurements of this run (or from the files it names).</p>",
              "<p>每一节先说明它回答的问题和如何读图；正文中的每个数字都由本次运行的测量结果（或注明的文件）生成。</p>")
     )
-    run.path.write_text(page(label(lang, "title"), [(h, b) for _, h, b, _ in rendered], intro=intro, lang=lang,
-                             ids=[i for i, _, _, _ in rendered], failed=[f for *_, f in rendered],
-                             contents=label(lang, "contents")), encoding="utf-8")
-    log(f"wrote {run.path}" + (f"; {len(run.failed)} section(s) FAILED: {', '.join(run.failed)}" if run.failed else ""))
-    return run
 
 
 def _frame(sec: StorySection, lang: str) -> str:
@@ -172,10 +209,6 @@ def build_report(out_dir: str | Path, sections: list | None = None, *, log=print
 def report_command(out: str | Path = DEFAULT_OUT, *, runs=None, run_missing: bool = True, lang: str = "en",
                    force: bool = False, results: str | Path | None = "results") -> int:
     """``attnkit report``: 0 when every section ran, 1 when any failed (the page is written either way)."""
-    import sys
-
-    from ..experiments.runner import SetupError, check_out
-
     try:
         check_out(out)  # an unwritable --out fails before minutes of work
     except SetupError as e:

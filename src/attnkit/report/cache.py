@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from ..experiments.atomic import save_json
+from ..experiments.lab.atomic import save_json
 
 CACHE_DIR = ".cache"
 

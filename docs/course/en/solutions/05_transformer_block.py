@@ -11,6 +11,7 @@ D, H, L, k = 16, 4, 10, 3
 # 1. each sin/cos pair is rotated by a fixed angle when p moves by k: a linear map
 pe = SinusoidalPositionalEncoding(D, max_len=256, dtype=torch.float64)(torch.arange(256))
 M = torch.linalg.lstsq(pe[:-k], pe[k:]).solution
+assert (pe[:-k] @ M - pe[k:]).abs().max() < 1e-10
 print("1. max |PE(p+k) - PE(p) M| =", (pe[:-k] @ M - pe[k:]).abs().max().item())
 
 # 2. decoder layer, post-LN
@@ -23,11 +24,13 @@ with torch.no_grad():
     h = ref.norm2(h + ca(h, mem, mem)[0])
     h = ref.norm3(h + ref.linear2(torch.relu(ref.linear1(h))))
     causal = torch.nn.Transformer.generate_square_subsequent_mask(L, dtype=torch.float64)
+    assert (h - ref(x, mem, tgt_mask=causal)).abs().max() < 1e-12
     print("2. max |by hand - torch| =", (h - ref(x, mem, tgt_mask=causal)).abs().max().item())
 
 # 3. attention: 4 (D x D) + 4 D biases; feed-forward: 2 (D x 4D) + 5 D; norms: 4 D
 layer = torch.nn.TransformerEncoderLayer(D, H, 4 * D, batch_first=True)
 n_attn = sum(p.numel() for p in layer.self_attn.parameters())
 n_ff = sum(p.numel() for p in (*layer.linear1.parameters(), *layer.linear2.parameters()))
+assert n_attn == 4 * D * D + 4 * D and n_ff == 8 * D * D + 5 * D
 print(f"3. attention {n_attn} (formula {4 * D * D + 4 * D}), feed-forward {n_ff} (formula {8 * D * D + 5 * D}), "
       f"share of attention {n_attn / sum(p.numel() for p in layer.parameters()):.2f}")

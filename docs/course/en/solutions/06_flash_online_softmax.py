@@ -42,6 +42,7 @@ for i0 in range(0, L, block):
     outs.append(out_i)
     skipped += sk
 nb = L // block
+assert np.abs(np.vstack(outs) - dense(q, k, v, True)).max() < 1e-12 and skipped == nb * (nb - 1) // 2
 print(f"1. max |causal online - dense| = {np.abs(np.vstack(outs) - dense(q, k, v, True)).max():.1e}; "
       f"skipped {skipped} of {nb * nb} tiles (formula nb(nb-1)/2 = {nb * (nb - 1) // 2})")
 
@@ -52,6 +53,7 @@ s_tile = q @ k[32:48].T / np.sqrt(E)
 s_all = q @ k.T / np.sqrt(E)
 w_true = np.exp(s_all - s_all.max(1, keepdims=True))
 w_true /= w_true.sum(1, keepdims=True)
+assert np.abs(np.exp(s_tile - lse) - w_true[:, 32:48]).max() < 1e-12
 print("2. max |exp(s - lse) - true weights| on one tile =", np.abs(np.exp(s_tile - lse) - w_true[:, 32:48]).max())
 
 # 3. merge two halves by re-basing onto the common maximum
@@ -59,4 +61,5 @@ _, m1, l1, o1, _ = online(q, k[: S // 2], v[: S // 2])
 _, m2, l2, o2, _ = online(q, k[S // 2 :], v[S // 2 :])
 mm = np.maximum(m1, m2)
 merged = (o1 * np.exp(m1 - mm) + o2 * np.exp(m2 - mm)) / (l1 * np.exp(m1 - mm) + l2 * np.exp(m2 - mm))
+assert np.abs(merged - dense(q, k, v)).max() < 1e-12
 print("3. max |merged halves - dense| =", np.abs(merged - dense(q, k, v)).max())

@@ -21,6 +21,7 @@ def favor_error(q, k, F=256):
 print(f"1. FAVOR+ error: scale 1 -> {favor_error(q, k):.3f}, scale 2 -> {favor_error(2 * q, 2 * k):.3f}")
 
 # 2. causal linear attention as an RNN over positions
+assert favor_error(2 * q, 2 * k) > favor_error(q, k)
 phi = lambda x: torch.nn.functional.elu(x) + 1
 U, z, outs = torch.zeros(E, E, dtype=torch.float64), torch.zeros(E, dtype=torch.float64), []
 for i in range(n):
@@ -28,6 +29,7 @@ for i in range(n):
     U, z = U + torch.outer(fk, v[0, 0, i]), z + fk  # constant-size state: this is why it decodes in O(1) per token
     outs.append(fq @ U / (fq @ z))
 rnn = torch.stack(outs)
+assert (rnn - attnkit.linear_attention(q, k, v, mask=attnkit.masks.causal()).out[0, 0]).abs().max() < 1e-12
 print("2. max |RNN - attnkit causal| =", (rnn - attnkit.linear_attention(q, k, v, mask=attnkit.masks.causal()).out[0, 0]).abs().max().item())
 
 # 3. 2 n^2 E = 3 n F E  =>  n = 1.5 F

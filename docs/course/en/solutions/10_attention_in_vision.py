@@ -50,9 +50,11 @@ for use in (False, True):
 
 # 2. softmax gates sum to 1 over C channels: each is ~1/C, so every channel is shrunk
 logits = torch.randn(1, 32)
+assert abs(torch.softmax(logits, -1).mean().item() - 1 / 32) < 1e-6 and torch.sigmoid(logits).mean() > 1 / 32
 print(f"2. sigmoid gate mean {torch.sigmoid(logits).mean().item():.3f} vs softmax gate mean {torch.softmax(logits, -1).mean().item():.3f} (= 1/C)")
 
 # 3. N = (224/P)^2 tokens; the score matrix has N^2 entries: halving P multiplies it by 16
 for P in (16, 8):
     N = (224 // P) ** 2
+    assert N == {16: 196, 8: 784}[P]
     print(f"3. P={P:2d}: N={N} tokens, N^2={N * N} scores per head")

@@ -70,6 +70,7 @@ with torch.no_grad():
     for lag in (12, 3):
         x = X[split:].clone()
         x[:, T - lag] += 1.0
+        assert (m(x)[0] - base).abs().mean() > 0
         print(f"2. +1 sd at lag {lag:2d}: mean |change of forecast| = {(m(x)[0] - base).abs().mean().item() * sd:.3f} ppm")
 
 # 3. additive score: compare where the mass goes
@@ -77,4 +78,5 @@ for kind in ("general", "additive"):
     m = fit(kind, 0)
     with torch.no_grad():
         w = m(X[split:])[1].mean(0).numpy()[::-1]
+    assert abs(w.sum() - 1) < 1e-5
     print(f"3. {kind:8s}: top lags {(np.argsort(w)[::-1][:3] + 1).tolist()}, max mean weight {w.max():.3f}")

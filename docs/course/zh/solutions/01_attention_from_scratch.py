@@ -28,8 +28,10 @@ keep = np.arange(S) < n_valid
 out, w = masked_attention(q, k, v, keep)
 t = lambda a: torch.tensor(a)[None, None]
 res = attnkit.attention(t(q), t(k), t(v), mask=attnkit.masks.padding_mask(torch.tensor([n_valid]), max_len=S))
+assert w[:, n_valid:].max() == 0 and np.abs(res.out[0, 0].numpy() - out).max() < 1e-12
 print("1. weights on padded keys:", w[:, n_valid:].max(), "| max diff vs attnkit:", float(np.abs(res.out[0, 0].numpy() - out).max()))
 out0, w0 = masked_attention(q, k, v, np.zeros(S, dtype=bool))
+assert (out0 == 0).all() and (w0 == 0).all()
 print("   fully masked query returns:", out0[0, :3], "(zeros, not NaN)")
 
 # 2. temperature: entropy of one row; tau -> infinity gives uniform weights = average pooling
@@ -38,6 +40,7 @@ for tau in (0.1, 0.3, 1.0, 3.0, 10.0, 1e6):
     p = np.exp(s / tau - (s / tau).max())
     p /= p.sum()
     ent = -(p * np.log(p + 1e-300)).sum()
+    assert 0 <= ent <= np.log(S) + 1e-12
     print(f"2. tau={tau:>9}: entropy={ent:.3f} (uniform: {np.log(S):.3f})")
 
 # 3. additive score: only step 1 changes; normalise and weighted sum stay the same
@@ -45,6 +48,7 @@ W_q, W_k, w_vec = rng.standard_normal((d, d)), rng.standard_normal((d, d)), rng.
 s_add = np.tanh((q @ W_q.T)[:, None, :] + (k @ W_k.T)[None, :, :]) @ w_vec  # (L, S)
 p = np.exp(s_add - s_add.max(1, keepdims=True))
 p /= p.sum(1, keepdims=True)
+assert np.allclose(p.sum(1), 1.0) and (p @ v).shape == (L, d)
 print("3. additive weights rows sum to", p.sum(1), "; output shape", (p @ v).shape)
 if os.environ.get("ATTNKIT_COURSE_SMALL") != "1":
     print("   (try larger d and see the additive score's cost: an (L, S, d) tensor instead of (L, S))")

@@ -21,6 +21,8 @@ cos = attnkit.scores.CosineScore(init_temperature=tau).double()
 qn, kn = q / q.norm(dim=-1, keepdim=True), k / k.norm(dim=-1, keepdim=True)
 scaled = attnkit.scores.ScaledDotScore()
 via_scaled = scaled(qn, kn) * scaled.default_scale(E) * tau * E**0.5
+assert (gen(q, k) - attnkit.scores.DotScore()(q, k)).abs().max() < 1e-12
+assert (cos(q, k) - via_scaled).abs().max() < 1e-6 * via_scaled.abs().max()
 print("   max |cosine - tau*sqrt(E)*scaled_dot(unit q, unit k)| =", (cos(q, k) - via_scaled).abs().max().item())
 
 # 2. 同一个玩具模型换成点积打分（打分本身没有参数）
@@ -44,6 +46,7 @@ for step in range(30 if SMALL else 400):
     opt.zero_grad()
     loss.backward()
     opt.step()
+assert (logits.argmax(-1) == tgt).float().mean() > 2 / V_SIZE
 print(f"2. scaled-dot Bahdanau: final loss {loss.item():.3f}, accuracy {(logits.argmax(-1) == tgt).float().mean().item():.2f}")
 
 # 3. 内存：加性打分的隐藏张量比分数矩阵大 A 倍

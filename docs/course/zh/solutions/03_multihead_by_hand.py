@@ -17,6 +17,7 @@ q, k, v = ((x @ W.T + b).view(B, L, H, E) for W, b in ((W_q, b_q), (W_k, b_k), (
 w = torch.softmax(torch.einsum("bihe,bjhe->bhij", q, k) / E**0.5, dim=-1)
 o = torch.einsum("bhij,bjhe->bihe", w, v).reshape(B, L, D)
 o = o @ ref.out_proj.weight.T + ref.out_proj.bias
+assert (o - ref(x, x, x)[0]).abs().max() < 1e-12
 print("1. max |einsum - torch| =", (o - ref(x, x, x)[0]).abs().max().item())
 
 # 2. 手工因果掩码：查询 i 只能看 j <= i 的键
@@ -24,6 +25,7 @@ s = torch.einsum("bihe,bjhe->bhij", q, k) / E**0.5
 s = s.masked_fill(torch.ones(L, L, dtype=torch.bool).triu(1), float("-inf"))
 o = torch.einsum("bhij,bjhe->bihe", torch.softmax(s, -1), v).reshape(B, L, D) @ ref.out_proj.weight.T + ref.out_proj.bias
 ours = attnkit.MultiHeadAttention.from_torch(ref)
+assert (o - ours(x, x, x, causal=True)[0]).abs().max() < 1e-12
 print("2. max |causal by hand - attnkit| =", (o - ours(x, x, x, causal=True)[0]).abs().max().item())
 
 # 3. K 和 V：2 个张量 × 词数 × 键值头数 × 每头维度 × 2 字节

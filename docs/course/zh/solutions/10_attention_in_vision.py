@@ -50,9 +50,11 @@ for use in (False, True):
 
 # 2. softmax 门控在 C 个通道上和为 1：每个约 1/C，所有通道都被压小
 logits = torch.randn(1, 32)
+assert abs(torch.softmax(logits, -1).mean().item() - 1 / 32) < 1e-6 and torch.sigmoid(logits).mean() > 1 / 32
 print(f"2. sigmoid gate mean {torch.sigmoid(logits).mean().item():.3f} vs softmax gate mean {torch.softmax(logits, -1).mean().item():.3f} (= 1/C)")
 
 # 3. 词元数 N = (224/P)^2；分数矩阵有 N^2 个元素：P 减半，开销乘以 16
 for P in (16, 8):
     N = (224 // P) ** 2
+    assert N == {16: 196, 8: 784}[P]
     print(f"3. P={P:2d}: N={N} tokens, N^2={N * N} scores per head")

@@ -21,10 +21,13 @@ disjoint key sets merge the same way (log-sum-exp merge):
 :math:`\mathrm{lse} = \log(e^{\mathrm{lse}_1} + e^{\mathrm{lse}_2})`,
 :math:`o = e^{\mathrm{lse}_1 - \mathrm{lse}} o_1 + e^{\mathrm{lse}_2 - \mathrm{lse}} o_2`.
 
-Everything is computed in base 2: scores are multiplied by :math:`\log_2 e` (folded into q for the dot
-score) and ``exp2`` replaces ``exp``, since :math:`e^{x} = 2^{x \log_2 e}`. On this CPU fp32 ``exp`` is
-10–30× slower for inputs below −87 (masked or ALiBi-shifted scores); ``exp2`` has no such slow path
-(../shared/PERF-NOTES.md: ALiBi at 4k, 1,053 → 435 ms). The returned ``lse`` is in natural units.
+Scores, max and lse are in natural units; each exponential is taken as :math:`e^{x} = 2^{x \log_2 e}`
+after the shift by the running max (:func:`attnkit.core.online_softmax.exp_`). On this CPU fp32
+``exp`` is 10–30× slower for inputs below −87 (masked or ALiBi-shifted scores, and −inf);
+``exp2`` has no such slow path (ALiBi at 4k: 1,053 → 435 ms). Converting after the shift keeps the
+conversion's rounding relative to :math:`|s - m|`; scores scaled by :math:`\log_2 e` up front
+would carry an error relative to :math:`|s|` into every weight (at logits of a few hundred, several
+times the error of the float32 reference).
 
 Fully masked rows: the max is :math:`-\infty`; it is replaced by 0 before exponentiating, so
 :math:`e^{-\infty - 0} = 0`, :math:`\ell = 0`, the output is 0 (divide by 1 where :math:`\ell = 0`) and
@@ -40,9 +43,16 @@ operands in torch 2.13 (``out_dtype`` is CUDA-only), so the GEMMs run in float32
 Masked keys and values never leak (:mod:`.leaks`): scores are selected with ``torch.where``
 (NaN scores of masked pairs go too) and key/value rows no query of a tile may see are zeroed
 before the products, in the forward and the backward (``0 · NaN`` is NaN).
+Keys no query of a head may see (padding, unused cache slots) therefore never leak. A value row
+some query may see is not covered: a NaN there reaches every row of its head as ``0 · NaN``, also
+rows the mask hides it from (causal: earlier rows), as in the reference; tiles this backend skips
+would hide it, so such calls take the reference's path (:mod:`attnkit.backends.nonfinite`).
 
-Backward via the stored LSE. With :math:`P_{ij} = e^{s_{ij} - \mathrm{lse}_i}` recomputed per tile
-from the saved ``lse`` (no second online pass is needed, the normalisation is known), and
+Backward via the stored row statistics. With :math:`P_{ij} = e^{s_{ij} - m_i} / \ell_i` recomputed
+per tile from the saved row max :math:`m_i` and sum :math:`\ell_i` (no second online pass is needed,
+the normalisation is known; :math:`e^{s_{ij} - \mathrm{lse}_i}` would be as exact in real numbers,
+but a float32 lse is off by half an ulp of :math:`|m_i|`, an error every weight of the row
+inherits), and
 :math:`dP_{ij} = dO_i \cdot v_j`:
 
 * :math:`dV_j = \sum_i P_{ij}\, dO_i`,
@@ -53,8 +63,9 @@ from the saved ``lse`` (no second online pass is needed, the normalisation is kn
   (:math:`\partial\,\mathrm{lse}_i / \partial s_{ij} = P_{ij}`); this is what makes returned weights
   differentiable.
 
-For fully masked rows the saved lse is :math:`-\infty`; the backward uses :math:`+\infty` there, so
-:math:`P = 2^{-\infty - \infty} = 0`. Saved tensors are q, k, v, out and lse: O(n) training memory.
+For fully masked rows the saved max is :math:`-\infty` and the sum 0; the backward shifts by
+:math:`+\infty` and scales by 0 there, so :math:`P = 0`. Saved tensors are q, k, v, out and the two
+row statistics: O(n) training memory.
 Scores with no dot form (additive), general score modifiers and biases with learned parameters are
 differentiated per tile by autograd on the recomputed tile, with their parameters as inputs of the
 ``autograd.Function``.
@@ -70,6 +81,11 @@ the forward (:mod:`.forward`), the backward (:mod:`.backward`), the autograd fun
 (:mod:`.function`, usable under ``torch.func.vmap``/``grad``), leak-proofing (:mod:`.leaks`), the discovery of bias tensors that need gradients (:mod:`.params`), the
 optional dense-weights pass (:mod:`.weights`) and the cost estimate ``auto`` reads (:mod:`.cost`).
 
+On CPU, calls with the plain dot score, no bias, no dropout and no returned weights run the same
+algorithm on PyTorch's fused flash kernel instead of the Python tile loop (:mod:`.fused_function`:
+no mask, causal, banded windows, and other masks by their tile states), behind a torch-version
+gate and a one-time self-test (:mod:`.fused_gate`); explicit tile sizes select the tile loop.
+
 Shape legend: B batch, H query heads, Hkv key/value heads (GQA: query head h reads kv head
 h // (H / Hkv)), L queries, S keys, E query/key dim, Ev value dim; l, s: one tile's query and key
 counts.
@@ -81,12 +97,15 @@ import torch
 
 from ...core.call import AttentionCall, _count
 from ...core.output import AttentionOutput, BackendResult, Report, materialized
-from ..tiling import EMPTY, default_tiles, set_tile_sizes, tile_map
+from ...core.masks import from_cache_key
+from ..nonfinite import needs_exact, run_exact
+from ..tiling import EMPTY, PARTIAL, default_tiles, set_tile_sizes, tile_map
 from .cost import estimate
 from .function import _BlockwiseFunction, _BlockwiseFunctionCtx
+from .fused_function import PATH_NAMES, route_of, run_fused
 from .leaks import live_key_rows
 from .params import _bias_params
-from .plan import LOG2E, _Plan
+from .plan import _Plan
 from .weights import _weights
 
 __all__ = ["blockwise_attention", "run", "supports", "estimate", "set_tile_sizes"]
@@ -95,27 +114,50 @@ __all__ = ["blockwise_attention", "run", "supports", "estimate", "set_tile_sizes
 _HALF = (torch.float16, torch.bfloat16)
 
 
-@torch._dynamo.assume_constant_result
 def _code_rows(mask, L: int, S: int, bq: int, bk: int) -> tuple[tuple[int, ...], ...]:
     """The tile codes as Python ints. They describe the mask's structure, never q, k, v; under
-    torch.compile this runs once while tracing and its result is a constant of the graph (reading a
+    torch.compile they are computed once while tracing and are a constant of the graph (reading a
     traced tensor with .tolist() would break it), like :func:`attnkit.core.options.current`."""
+    if torch.compiler.is_compiling():
+        from ...core import traced  # loads torch._dynamo, already loaded while tracing
+
+        # the mask goes in as its cache_key (Python constants), not as the object: a mask built
+        # inside the compiled function exists only as Dynamo's model of it, with no attributes
+        # a Python call could read; data masks have no key and no readable values while tracing
+        key = None if mask is None else mask.cache_key
+        return traced.constant(_tile_codes_of_key, mask is None, key, L, S, bq, bk)
+    return _tile_codes(mask, L, S, bq, bk)
+
+
+def _tile_codes(mask, L: int, S: int, bq: int, bk: int) -> tuple[tuple[int, ...], ...]:
     return tuple(tuple(row) for row in tile_map(mask, L, S, bq, bk).tolist())
 
 
-_NO_FULLGRAPH_DROPOUT = (
-    "blockwise dropout (dropout_p > 0) draws its per-call seed on the host, so it is unsupported under "
-    "torch.compile(fullgraph=True); compile without fullgraph (the seed is drawn outside the graph), "
-    "use dropout_p=0, or backend='sdpa'"
-)
+def _tile_codes_of_key(no_mask: bool, key, L: int, S: int, bq: int, bk: int) -> tuple[tuple[int, ...], ...]:
+    """:func:`_tile_codes` of the mask a cache_key rebuilds; every tile PARTIAL (evaluated: always
+    correct) for a mask without a key of a built-in kind."""
+    mask = None if no_mask else from_cache_key(key)
+    if mask is None and not no_mask:
+        nq, nk = -(-L // bq), -(-S // bk)
+        return ((int(PARTIAL),) * nk,) * nq
+    return _tile_codes(mask, L, S, bq, bk)
 
 
-@torch.compiler.disable(reason=_NO_FULLGRAPH_DROPOUT)
 def _dropout_seed() -> int:
+    """The per-call dropout seed (:func:`_draw_seed`); under torch.compile it is drawn outside the
+    graph, and with ``fullgraph=True`` that is an error naming the reason
+    (:mod:`attnkit.backends.blockwise.traced`)."""
+    if torch.compiler.is_compiling():
+        from .traced import dropout_seed  # loads torch._dynamo, already loaded while tracing
+
+        return dropout_seed()
+    return _draw_seed()
+
+
+def _draw_seed() -> int:
     """The per-call dropout seed from torch's default generator (``torch.manual_seed`` reproduces it).
     An int, not a tensor: every tile's keep-mask comes from a generator seeded with it, in the
-    forward and again in the backward. Reading it is a host sync, so torch.compile runs this
-    outside the graph; with ``fullgraph=True`` that is an error naming the reason above."""
+    forward and again in the backward. Reading it is a host sync."""
     return int(torch.randint(0, 2**62, (1,)).item())
 
 
@@ -134,13 +176,30 @@ def blockwise_attention(
     :class:`AttentionOutput`, as :func:`attnkit.attention` does; tile sizes default per
     mask/dtype/device (:func:`attnkit.backends.tiling.default_tiles`); ``seed`` fixes dropout
     (default: drawn from torch's generator)."""
+    if not isinstance(call, AttentionCall):
+        raise TypeError(
+            f"call must be an AttentionCall, got {type(call).__name__}; build it with "
+            "attnkit.core.call.make_call(q, k, v, mask=..., ...), or call attnkit.attention(q, k, v, backend='blockwise')"
+        )
+    for name, val in (("block_q", block_q), ("block_kv", block_kv)):  # checked before `or` could read 0 as "automatic"
+        if val is not None and (isinstance(val, bool) or not isinstance(val, int) or val <= 0):
+            raise ValueError(f"{name} must be a positive int tile size or None (automatic), got {val!r}")
     res = _blockwise(call, block_q, block_kv, seed)
-    report = Report("blockwise", "called directly (blockwise_attention)", materialized=res.materialized,
+    route = route_of(call, block_q, block_kv)
+    path = PATH_NAMES[route.kind] if route is not None else "Python tile loop"
+    if needs_exact(call):
+        path = "the reference's computation (non-finite inputs)"
+    report = Report("blockwise", f"called directly (blockwise_attention); path: {path}", materialized=res.materialized,
                     fully_masked_rows=_count(res.fully_masked_rows))
     return AttentionOutput(res.out, res.weights, res.lse, report)
 
 
 def _blockwise(call: AttentionCall, block_q: int | None, block_kv: int | None, seed: int | None) -> BackendResult:
+    if needs_exact(call):  # NaN/inf in q, k or v: the reference's result, as tiles and kernels differ (..nonfinite)
+        return run_exact(call)
+    route = route_of(call, block_q, block_kv)  # PyTorch's fused kernel where it serves the call (:mod:`.fused_function`)
+    if route is not None:
+        return run_fused(call, route, _blockwise)
     q, k, v = call.q, call.k, call.v
     B, H, L, E = q.shape
     Hkv, S = k.shape[1], k.shape[2]
@@ -174,8 +233,8 @@ def _blockwise(call: AttentionCall, block_q: int | None, block_kv: int | None, s
         qx, kx = qk
         score = None
         params = []
-        if not bias_general:  # fold scale·log2 e into each query tile instead of every score tile
-            qscale = call.scale * LOG2E
+        if not bias_general:  # the tiles scale q'k'ᵀ (plan.exp_scale), no scaled copy of q
+            qscale = call.scale
     params += _bias_params(call.bias)
     if call.dropout_p > 0 and seed is None:
         seed = _dropout_seed()
@@ -185,7 +244,7 @@ def _blockwise(call: AttentionCall, block_q: int | None, block_kv: int | None, s
     )
     plan.code_rows = code_rows
     fn = _BlockwiseFunctionCtx if torch.compiler.is_compiling() else _BlockwiseFunction
-    out, lse = fn.apply(plan, qx, kx, kv, *params)
+    out, lse, _, _ = fn.apply(plan, qx, kx, kv, *params)  # (row max, row sum) are the backward's
     out = out.to(v.dtype)
     weights, mats = None, []
     if call.return_weights:

@@ -10,14 +10,21 @@ from __future__ import annotations
 
 import torch
 
+from ...core import online_softmax
 from .leaks import dead_filter, drop_dead
-from .plan import _INF, LOG2E, _Plan, _q_tile, _Tiles, _tile_mask
+from .plan import _INF, _Plan, _q_tile, _Tiles, _tile_mask
 
 __all__ = ["_backward"]
 
 
-def _backward(plan: _Plan, qx, kx, v, out, lse2, dout, dlse, params, need):
-    """Recompute each tile's probabilities from the saved lse and accumulate dq', dk', dv, d(params)."""
+def _backward(plan: _Plan, qx, kx, v, out, m, ell, dout, dlse, params, need):
+    """Recompute each tile's probabilities from the saved row max m and sum ell, both (B, H, L),
+    and accumulate dq', dk', dv, d(params).
+
+    P = exp(s - m) / ell: the shift by the row max is exact where the weight is (see
+    :func:`.forward._forward`), and the 1/ell is folded into dO and D per query row
+    (dS = exp(s - m) ∘ (dO/ell · vᵀ - D/ell), dV = exp(s - m)ᵀ dO/ell), so the tile costs no
+    extra pass for it."""
     B, H, L, S, Hkv = plan.B, plan.H, plan.L, plan.S, plan.Hkv
     Ev = v.shape[-1]
     w = plan.work
@@ -36,12 +43,18 @@ def _backward(plan: _Plan, qx, kx, v, out, lse2, dout, dlse, params, need):
     D = (dout.to(w) * out.to(w)).sum(-1, keepdim=True)  # (B, H, L, 1)
     if dlse is not None:
         D = D - dlse.to(w).unsqueeze(-1)
-    lse_b = torch.where(torch.isneginf(lse2), _INF, lse2).unsqueeze(-1)  # P = 0 on fully masked rows
+    # fully masked rows (m = -inf, ell = 0): shift by +inf and scale by 0, so P = 0 and no NaN;
+    # their query rows may hold anything (never seen): zeroed, or dK = dSᵀ q would be 0 · NaN
+    empty = torch.isneginf(m).unsqueeze(-1)  # (B, H, L, 1)
+    shift = torch.where(empty, _INF, m.unsqueeze(-1))  # (B, H, L, 1)
+    qx = torch.where(empty, 0.0, qx)
+    inv_ell = torch.where(ell != 0, 1.0 / torch.where(ell != 0, ell, 1.0), 0.0).unsqueeze(-1)  # (B, H, L, 1)
+    D = D * inv_ell
     for qi, kblocks in enumerate(plan.kept):
         q0, q1 = qi * bq, min((qi + 1) * bq, L)
         l = q1 - q0
         qt = _q_tile(qx, plan, q0, q1)
-        dot = dout[:, :, q0:q1]  # (B, H, l, Ev)
+        dot = dout[:, :, q0:q1] * inv_ell[:, :, q0:q1].to(dout.dtype)  # (B, H, l, Ev): dO / ell
         dot_g = dot.reshape(B, Hkv, -1, Ev)  # (B, Hkv, g·l, Ev)
         dot_w = dot_g.to(w)
         dq_t = None
@@ -64,14 +77,14 @@ def _backward(plan: _Plan, qx, kx, v, out, lse2, dout, dlse, params, need):
                     else:  # dot path with a learned additive bias: only the bias needs autograd
                         s_nat = tiles.bias(q0, q1, k0, k1, v.device).to(w).expand(B, H, l, k1 - k0)
                     graph = (s_nat, leaves, pl)
-                s2 = s_nat.detach() * LOG2E if plan.general else tiles.scores2(qt, kt, q0, q1, k0, k1)
+                st = s_nat.detach().clone() if plan.general else tiles.scores(qt, kt, q0, q1, k0, k1)
             else:
-                s2 = tiles.scores2(qt, kt, q0, q1, k0, k1)
-            if s2.dtype != w:
-                s2 = s2.to(w)  # half tiles come back in their input dtype; recompute P in fp32
+                st = tiles.scores(qt, kt, q0, q1, k0, k1)
+            if st.dtype != w:
+                st = st.to(w)  # half tiles come back in their input dtype; recompute P in fp32
             if allowed is not None:  # a select: NaN scores of masked pairs go too
-                s2 = s2.masked_fill_(~allowed, -_INF)
-            pt = s2.sub_(lse_b[:, :, q0:q1]).exp2_()  # (B, H, l, s) = P
+                st = st.masked_fill_(~allowed, -_INF)
+            pt = online_softmax.exp_(st.sub_(shift[:, :, q0:q1]), plan.exp_scale)  # (B, H, l, s) = P · ell
             keep = tiles.keep(qi, ki, pt.shape, v.device) if plan.dropout_p > 0 else None
             pd = pt * keep / (1.0 - plan.dropout_p) if keep is not None else pt
             if need[2]:
@@ -79,7 +92,7 @@ def _backward(plan: _Plan, qx, kx, v, out, lse2, dout, dlse, params, need):
             dp = (dot_g @ vt.transpose(-1, -2)).view(B, H, l, k1 - k0).to(w)  # (B, H, l, s)
             if keep is not None:
                 dp = dp * keep / (1.0 - plan.dropout_p)
-            ds = pt.mul_(dp.sub_(D[:, :, q0:q1]))  # dL/ds, natural-unit scores (B, H, l, s)
+            ds = pt.mul_(dp.sub_(D[:, :, q0:q1]))  # dL/ds = P (dP - D), natural-unit scores (B, H, l, s)
             if graph is not None:
                 s_nat, leaves, pl = graph
                 wants = [x for x, n in zip(leaves, need[:2]) if n] if plan.general else []
@@ -111,10 +124,9 @@ def _backward(plan: _Plan, qx, kx, v, out, lse2, dout, dlse, params, need):
     dk = _blocks([dk_parts.get(i) for i in range(-(-S // bk))], kx, 2, bk, w)  # (B, Hkv, S, E)
     dv = _blocks([dv_parts.get(i) for i in range(-(-S // bk))], v, 2, bk, w)  # (B, Hkv, S, Ev)
     if not plan.general:
-        # dot path: tiles use qt = q'·scale·log2 e and s = qt k'ᵀ / log2 e, so
-        # dL/dq' = dS k' · scale and dL/dk' = dSᵀ qt / log2 e
+        # dot path: s = scale · q' k'ᵀ (+ bias), so dL/dq' = scale · dS k' and dL/dk' = scale · dSᵀ q'
         dq = dq * plan.scale
-        dk = dk * (1.0 / LOG2E)
+        dk = dk * plan.scale
     return dq, dk, dv, dparams
 
 

@@ -15,6 +15,8 @@ Without this discovery those gradients would silently be zero.
 
 from __future__ import annotations
 
+import sys
+
 import torch
 
 from ...core.biases import CustomBias, ScoreMod, ScoreModifier, TensorBias
@@ -26,8 +28,10 @@ def _bias_params(bias: ScoreModifier | None) -> list[torch.Tensor]:
     """Tensors of a bias that may want gradients: module parameters and dense tensor biases."""
     if bias is None:
         return []
-    out = [p for p in bias.parameters() if p.requires_grad]
     mods = bias.leaves()
+    out: list[torch.Tensor] = []
+    for m in mods:  # per leaf: a combined bias built inside torch.compile cannot list .parameters()
+        out += [p for p in m.parameters() if p.requires_grad and not any(p is o for o in out)]
     out += [m.t for m in mods if isinstance(m, TensorBias) and m.t.requires_grad]
     for m in mods:
         if isinstance(m, (CustomBias, ScoreMod)):
@@ -40,8 +44,23 @@ def _captured_tensors(fn) -> list[torch.Tensor]:
     globals it names, a bound module). The backward recomputes tiles and can only hand gradients to tensors it was given as
     inputs of the autograd Function, so these must be found here, or their gradients would be lost."""
     found: list[torch.Tensor] = []
-    cells = [c.cell_contents for c in (getattr(fn, "__closure__", None) or ()) if _has_contents(c)]
-    code, glob = getattr(fn, "__code__", None), getattr(fn, "__globals__", {})
+    code = getattr(fn, "__code__", None)
+    try:
+        closure, glob = fn.__closure__, fn.__globals__
+    except AttributeError:
+        # a function defined inside a torch.compile'd function: Dynamo models it without these
+        # attributes, so its closure cannot be searched (its module's globals can, below); a
+        # trainable tensor in the closure would silently get no gradient, so with autograd on a
+        # capturing function is refused
+        if torch.compiler.is_compiling() and torch.is_grad_enabled() and code is not None and code.co_freevars:
+            raise ValueError(
+                f"bias: the custom bias / score_mod {getattr(fn, '__name__', fn)!r} is defined inside a torch.compile'd function "
+                f"and captures {', '.join(code.co_freevars)}; the blockwise backend cannot see captured tensors there, so a "
+                "trainable one would get no gradient: define the function outside the compiled function, run under "
+                "torch.no_grad() for inference, or use backend='reference'"
+            )
+        closure, glob = None, vars(sys.modules[fn.__module__]) if getattr(fn, "__module__", None) in sys.modules else {}
+    cells = [c.cell_contents for c in (closure or ()) if _has_contents(c)]
     named = [glob[n] for n in (code.co_names if code is not None else ()) if n in glob]
     objs = cells + named + list(getattr(fn, "__defaults__", None) or ()) + [getattr(fn, "__self__", None)]
     for o in objs:

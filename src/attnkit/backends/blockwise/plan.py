@@ -3,8 +3,8 @@ weights passes.
 
 * :class:`_Plan` — shapes, tile sizes, the tile map (:mod:`attnkit.backends.tiling`), the score,
   bias and mask of one call, dropout seed and the work dtype of the softmax statistics.
-* :class:`_Tiles` — evaluates the mask, the bias and the scores on one tile, in base 2 (scores
-  times :math:`\log_2 e`; see the derivation in :mod:`attnkit.backends.blockwise`), caching
+* :class:`_Tiles` — evaluates the mask, the bias and the scores on one tile (natural units; the
+  exponentials are taken in base 2 after the shift, see :mod:`attnkit.core.online_softmax`), caching
   shift-invariant (causal, sliding-window) mask tiles, and draws the dropout keep-mask of a tile.
 * ``_q_tile``, ``_tile_mask``, ``_tile_order`` — one query tile in GQA layout, the skip/partial
   decision of one tile, and the order tiles are visited in (by diagonal for relative-position
@@ -27,10 +27,8 @@ from ...core.masks import Mask, values_readable
 from ...core.scores import Score
 from ..tiling import FULL
 
-__all__ = ["LOG2E", "LN2", "_INF", "_Plan", "_Tiles", "_q_tile", "_tile_mask", "_tile_order"]
+__all__ = ["_INF", "_Plan", "_Tiles", "_q_tile", "_tile_mask", "_tile_order"]
 
-LOG2E = 1.4426950408889634
-LN2 = 0.6931471805599453
 _INF = float("inf")
 
 
@@ -53,7 +51,7 @@ class _Plan:
     dropout_p: float
     seed: int
     work: torch.dtype  # dtype of softmax statistics and accumulators
-    qscale: float | None = None  # dot path: scale·log2 e applied to each query tile (no scaled copy of q)
+    qscale: float | None = None  # dot path: the scale the tiles apply to q' k'ᵀ (see exp_scale)
     kept: list[list[int]] = field(default_factory=list)  # non-empty key blocks per query block
     code_rows: list[list[int]] = field(default_factory=list)  # codes as Python ints (no tensor indexing per tile)
 
@@ -65,6 +63,18 @@ class _Plan:
     def general(self) -> bool:
         """Tiles need the score module or a non-additive modifier, not a plain q' k'ᵀ."""
         return self.score is not None or (self.bias is not None and not self.bias.additive)
+
+    @property
+    def exp_scale(self) -> float:
+        """The factor between a score tile and natural units. A dot path with a positive scale leaves
+        q' k'ᵀ unscaled (an additive bias goes in divided by the scale; the row max commutes with
+        the scale) and the softmax applies the scale after the shift, ``exp(scale · (s - m))``
+        (:func:`attnkit.core.online_softmax.exp_`), in the multiplication by log2 e it does anyway:
+        the scores carry the GEMM's rounding and no rounding of a scaled q. Every other tile is in
+        natural units (1)."""
+        if self.qscale is not None and self.qscale > 0:
+            return self.qscale
+        return 1.0
 
 
 class _Tiles:
@@ -129,20 +139,26 @@ class _Tiles:
             sc = self.mod_fn(sc, g.b, g.h, g.q, g.kv)
         return sc
 
-    def scores2(self, qt, kt, q0, q1, k0, k1, bias2=None) -> torch.Tensor:
-        """Base-2 scores (B, H, l, s) in the work dtype; for the dot path q' is pre-scaled by scale·log2 e.
-        ``bias2``: this tile's additive bias already in base 2 (reused across a diagonal)."""
+    def scores(self, qt, kt, q0, q1, k0, k1, bias=None) -> torch.Tensor:
+        """Scores (B, H, l, s) in the work dtype, in units of ``plan.exp_scale`` (natural units times
+        1/exp_scale). ``bias``: this tile's additive bias in the work dtype (reused across a diagonal)."""
         p = self.p
         if p.general:
-            return self.scores_nat(qt, kt, q0, q1, k0, k1) * LOG2E
-        s2 = (qt @ kt.transpose(-1, -2)).view(p.B, p.H, q1 - q0, k1 - k0)  # (B, H, l, s)
-        if s2.dtype != p.work:
-            s2 = s2.to(p.work)
-        if bias2 is not None:
-            s2 = s2.add_(bias2)
-        elif self.bias_fn is not None:
-            s2 = s2.add_(self.bias(q0, q1, k0, k1, s2.device).to(p.work), alpha=LOG2E)
-        return s2
+            return self.scores_nat(qt, kt, q0, q1, k0, k1)
+        s = (qt @ kt.transpose(-1, -2)).view(p.B, p.H, q1 - q0, k1 - k0)  # (B, H, l, s)
+        if s.dtype != p.work:
+            s = s.to(p.work)
+        if bias is None and self.bias_fn is not None:
+            bias = self.bias(q0, q1, k0, k1, s.device).to(p.work)
+        if p.exp_scale == 1.0 and p.scale != 1.0:  # a scale ≤ 0: the row max does not commute with it
+            s = s.mul_(p.scale)
+        if bias is not None:
+            s = s.add_(bias, alpha=1.0 / p.exp_scale)
+        return s
+
+    def natural(self, s: torch.Tensor) -> torch.Tensor:
+        """A tile of :meth:`scores` in natural units."""
+        return s * self.p.exp_scale if self.p.exp_scale != 1.0 else s
 
     def keep(self, qi, ki, shape, device) -> torch.Tensor:
         """Dropout keep-mask (B, H, l, s) for tile (qi, ki), the same in forward and backward."""
@@ -157,11 +173,12 @@ def _q_tile(qx: torch.Tensor, plan: _Plan, q0: int, q1: int) -> torch.Tensor:
     GEMM against the kv head serves them all without repeating k."""
     B, Hkv, g = plan.B, plan.Hkv, plan.groups
     t = qx[:, :, q0:q1]  # (B, H, l, E)
-    if plan.qscale is not None:
-        t = t * plan.qscale  # a tile-sized copy; scaling all of q would hold a second (B, H, L, E)
-    if g == 1:
-        return t
-    return t.reshape(B, Hkv, g * (q1 - q0), qx.shape[-1])
+    if g > 1:
+        t = t.reshape(B, Hkv, g * (q1 - q0), qx.shape[-1])
+    # contiguous, whatever q's strides: the backward recomputes P = exp(s - m) with the forward's row
+    # max m, so its score GEMM must round exactly as the forward's (a strided and a contiguous
+    # operand take different kernels: weights off by eps·|s|)
+    return t.contiguous()
 
 
 def _tile_mask(tiles: _Tiles, code: int, q0, q1, k0, k1, device):

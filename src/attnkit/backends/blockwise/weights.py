@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from .plan import LN2, _INF, _Plan, _q_tile, _Tiles, _tile_mask
+from .plan import _INF, _Plan, _q_tile, _Tiles, _tile_mask
 from ..tiling import EMPTY
 
 __all__ = ["_weights"]
@@ -41,9 +41,7 @@ def _weights(plan: _Plan, qx, kx, lse) -> torch.Tensor:
             if skip:
                 row.append(torch.zeros(B, H, q1 - q0, k1 - k0, dtype=plan.work, device=qx.device))
                 continue
-            s_nat = tiles.scores2(qt, kx[:, :, k0:k1], q0, q1, k0, k1).to(plan.work) * LN2 if not plan.general else tiles.scores_nat(
-                qt, kx[:, :, k0:k1], q0, q1, k0, k1
-            )
+            s_nat = tiles.natural(tiles.scores(qt, kx[:, :, k0:k1], q0, q1, k0, k1))
             if allowed is not None:
                 s_nat = s_nat.masked_fill(~allowed, -_INF)
             row.append(torch.exp(s_nat - lse_safe[:, :, q0:q1]))

@@ -1,0 +1,208 @@
+"""attnkit's blockwise backend on PyTorch's fused CPU kernel vs compiled FlexAttention and SDPA.
+
+Each (case, implementation) runs in a fresh subprocess with one thread (``torch.set_num_threads(1)``,
+``OMP_NUM_THREADS=1``) and large allocations returned to the OS on free (``MALLOC_MMAP_THRESHOLD_``),
+so resident memory tracks what is live:
+
+* time: one warm-up call, then the median of ``--reps`` calls (forward, or forward + backward);
+* memory: after the warm-up the Linux peak-RSS counter is reset (``echo 5 > /proc/self/clear_refs``),
+  VmRSS is read, one more call runs, and VmHWM - VmRSS is the peak above the inputs (torch's
+  allocations are invisible to ``tracemalloc``). The first call's time is reported separately
+  (for FlexAttention it is the compile).
+
+Implementations (what is compared in the same run, on the same inputs):
+
+* ``attnkit_auto`` — ``attnkit.attention`` with backend ``auto``; the report's path is recorded;
+* ``blockwise_fused`` — backend ``blockwise`` (the fused kernel where it serves the call);
+* ``blockwise_tiles`` — the same backend with the fused kernel switched off (its Python tile loop);
+* ``flex`` — ``torch.compile(flex_attention)`` with ``create_block_mask`` (CPU: forward only);
+* ``sdpa_mask`` — SDPA with the dense bool mask; ``sdpa_causal`` — SDPA ``is_causal`` (top-left:
+  for L < S a timing yardstick only, its mask is not attnkit's bottom-right one).
+
+Ratios are against the named baseline of each case from the same run. The CPU's flags
+(avx512_bf16, amx) are recorded from /proc/cpuinfo.
+
+Run:  PYTHONPATH=src python benchmarks/flex_race.py [--quick] [--reps 5] [--only CASE]
+Saves benchmarks/results/flex_race.json (flex_race_quick.json with --quick).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script: its sibling helpers
+from proc_memory import reset_peak, status_kib  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+# case: (mask kind, L, S, dtype, mode, implementations, baseline for ratios)
+CASES = {
+    "window256_16k_fp32_fwd": ("window", 16384, 16384, "float32", "fwd",
+                               ["attnkit_auto", "blockwise_fused", "blockwise_tiles", "flex", "sdpa_mask"], "flex"),
+    "window256_4k_fp32_fwd": ("window", 4096, 4096, "float32", "fwd",
+                              ["blockwise_fused", "blockwise_tiles", "sdpa_mask"], "sdpa_mask"),
+    "window256_4k_bf16_fwd": ("window", 4096, 4096, "bfloat16", "fwd",
+                              ["blockwise_fused", "blockwise_tiles", "sdpa_mask"], "sdpa_mask"),
+    "window256_16k_fp32_fwdbwd": ("window", 16384, 16384, "float32", "fwdbwd",
+                                  ["blockwise_fused", "blockwise_tiles"], "blockwise_tiles"),
+    "causal_8k_fp32_fwd": ("causal", 8192, 8192, "float32", "fwd",
+                           ["attnkit_auto", "blockwise_fused", "sdpa_causal"], "sdpa_causal"),
+    "causal_prefix_2k_8k_fp32_fwd": ("causal", 2048, 8192, "float32", "fwd",
+                                     ["attnkit_auto", "blockwise_fused", "sdpa_causal", "sdpa_mask"], "sdpa_causal"),
+    "causal_4k_fp32_fwdbwd": ("causal", 4096, 4096, "float32", "fwdbwd",
+                              ["blockwise_fused", "blockwise_tiles", "sdpa_causal"], "sdpa_causal"),
+}
+QUICK_N = 512
+WINDOW = 256
+B, H, E = 1, 8, 64
+
+
+
+
+def cpu_flags() -> dict:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return {}
+    flags = set(re.search(r"^flags\s*:(.*)$", text, re.M).group(1).split()) if "flags" in text else set()
+    model = re.search(r"^model name\s*:(.*)$", text, re.M)
+    return {"model": model.group(1).strip() if model else platform.processor(),
+            **{f: f in flags for f in ("avx512f", "avx512_bf16", "amx_tile", "amx_bf16")}}
+
+
+def _make(kind, L, S, dtype, impl):
+    """(fn(q, k, v) -> out, label of the path that ran or None)."""
+    import torch
+
+    import attnkit
+    from attnkit import masks as M
+    from attnkit.backends.blockwise import fused_gate
+
+    mask = M.sliding_window(WINDOW - 1, 0) if kind == "window" else M.causal()
+    if impl == "attnkit_auto":
+        return (lambda q, k, v: attnkit.attention(q, k, v, mask=mask)), "auto"
+    if impl in ("blockwise_fused", "blockwise_tiles"):
+        fused_gate.set_enabled(impl == "blockwise_fused")
+        return (lambda q, k, v: attnkit.attention(q, k, v, mask=mask, backend="blockwise")), "blockwise"
+    if impl == "sdpa_mask":
+        dense = mask.materialize(L, S)[0, 0]  # (L, S) bool, built once outside the timed calls
+        return (lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=dense)), None
+    if impl == "sdpa_causal":
+        return (lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)), None
+    if impl == "flex":
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+        off = S - L
+        if kind == "window":
+            def mod(b, h, qi, ki):
+                return (ki <= qi + off) & (ki >= qi + off - (WINDOW - 1))
+        else:
+            def mod(b, h, qi, ki):
+                return ki <= qi + off
+        bm = create_block_mask(mod, None, None, L, S, device="cpu")
+        compiled = torch.compile(flex_attention)
+        return (lambda q, k, v: compiled(q, k, v, block_mask=bm)), None
+    raise ValueError(f"impl must be one of the implementations in CASES, got {impl!r}")
+
+
+def worker(case: str, impl: str, reps: int, quick: bool) -> dict:
+    import torch
+
+    torch.set_num_threads(1)
+    kind, L, S, dtype, mode, _, _ = CASES[case]
+    if quick:
+        L, S = (QUICK_N, QUICK_N) if L == S else (QUICK_N // 4, QUICK_N)
+    dt = getattr(torch, dtype)
+    g = torch.Generator().manual_seed(0)
+    back = mode == "fwdbwd"
+    q = torch.randn(B, H, L, E, generator=g).to(dt).requires_grad_(back)
+    k = torch.randn(B, H, S, E, generator=g).to(dt).requires_grad_(back)
+    v = torch.randn(B, H, S, E, generator=g).to(dt).requires_grad_(back)
+    dout = torch.randn(B, H, L, E, generator=g).to(dt) if back else None
+    fn, label = _make(kind, L, S, dt, impl)
+    path = None
+
+    def once():
+        nonlocal path
+        res = fn(q, k, v)
+        out = res.out if hasattr(res, "out") else res
+        if hasattr(res, "report"):
+            path = f"{res.report.backend}: {res.report.reason}"
+        if back:
+            torch.autograd.grad(out, (q, k, v), dout)
+        return out
+
+    t0 = time.perf_counter()
+    with torch.no_grad() if not back else torch.enable_grad():
+        once()
+        first = time.perf_counter() - t0
+        times = []
+        for _ in range(reps):
+            t = time.perf_counter()
+            once()
+            times.append(time.perf_counter() - t)
+        exact = reset_peak()
+        before = status_kib("VmRSS")
+        out = once()
+        peak = status_kib("VmHWM") - before
+    out_mib = out.numel() * out.element_size() / 2**20
+    return {"case": case, "impl": impl, "L": L, "S": S, "dtype": dtype, "mode": mode,
+            "median_ms": statistics.median(times) * 1e3, "times_ms": [t * 1e3 for t in times],
+            "first_call_ms": first * 1e3, "peak_above_inputs_mib": peak / 1024, "output_mib": out_mib,
+            "peak_exact": exact, "path": path if label else impl}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help=f"n = {QUICK_N}: a smoke run of every case")
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--only", default=None, help="run only cases whose name contains this")
+    ap.add_argument("--worker", nargs=2, metavar=("CASE", "IMPL"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        print(json.dumps(worker(*args.worker, args.reps, args.quick)))
+        return
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "MALLOC_MMAP_THRESHOLD_": "65536",
+           "MALLOC_TRIM_THRESHOLD_": "0"}
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
+    rows = []
+    for case, (_, _, _, _, _, impls, base) in CASES.items():
+        if args.only and args.only not in case:
+            continue
+        for impl in impls:
+            cmd = [sys.executable, __file__, "--worker", case, impl, "--reps", str(args.reps)] + (["--quick"] if args.quick else [])
+            p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+            if p.returncode != 0:
+                row = {"case": case, "impl": impl, "error": p.stderr.strip().splitlines()[-1:] or ["failed"]}
+            else:
+                row = json.loads(p.stdout.strip().splitlines()[-1])
+            rows.append(row)
+            print(json.dumps({k: (round(v, 1) if isinstance(v, float) else v) for k, v in row.items() if k != "times_ms"}), flush=True)
+        base_row = next((r for r in rows if r["case"] == case and r["impl"] == base and "median_ms" in r), None)
+        for r in rows:
+            if r["case"] == case and base_row and "median_ms" in r:
+                r["speedup_vs_" + base] = base_row["median_ms"] / r["median_ms"]
+    import torch
+
+    out = {"what": __doc__.splitlines()[0], "torch": torch.__version__, "threads": 1, "quick": args.quick,
+           "B": B, "H": H, "E": E, "window": WINDOW, "cpu": cpu_flags(), "reps": args.reps, "rows": rows}
+    path = RESULTS / ("flex_race_quick.json" if args.quick else "flex_race.json")
+    if args.only and path.exists():  # keep the other cases of an earlier full run
+        old = json.loads(path.read_text())
+        out["rows"] = [r for r in old.get("rows", []) if args.only not in r["case"]] + rows
+    path.write_text(json.dumps(out, indent=1) + "\n")
+    print("saved", path)
+
+
+if __name__ == "__main__":
+    main()

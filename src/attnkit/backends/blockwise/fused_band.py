@@ -1,0 +1,192 @@
+r"""Banded masks (sliding windows, causal windows) on the fused kernel, one call per chunk of blocks.
+
+A sliding window ``[p - left, p + right]`` (query at key position ``p = i + off``, ``off`` from the
+mask's alignment) lets a block of ``b`` queries starting at ``q0`` see only the keys
+``[q0 + off - left, q0 + off + b - 1 + right]``: a window of ``w = b + left + right`` keys. For
+every *interior* block (a full block whose window lies inside ``[0, S)``) the mask on that
+(b, w) tile is the same band: row r may see columns ``r .. r + left + right``. So
+
+* query blocks become a batch axis: q (H, L, E) viewed as (n, H, b, E), no copy;
+* their key/value windows are overlapping strided views (n, Hkv, w, E) of k and v (window ``i``
+  starts ``b`` keys after window ``i - 1``), no copy;
+* heads and blocks go through one fused call with one shared (b, w) additive mask
+  (0 / -inf), and the results are copied into a preallocated output, a chunk of blocks at a time,
+  so the extra memory is one chunk (about 2 MiB), not a second output.
+
+Every key in a block's window is seen by some query of the block, so a key no query of the block
+may see never enters its call (no NaN leak from masked keys; a NaN in an allowed key reaches every
+row of its block, as in the Python tile loop). The few *edge* blocks (windows clipped by the
+sequence ends, the last short block) run one call each on the clipped key range with the mask
+evaluated there; their rows with no allowed key get out 0 and lse -inf (:mod:`.fused_merge`).
+
+Work per useful pair: ``(b + left + right) / (left + right + 1)``; b = 64 (32 for windows under
+128 keys) keeps it near 1.25 for a 256-key window while the kernel's tiles stay efficient.
+
+The backward feeds the backward op each chunk's slice of the *global* out and lse (exact: P is
+recomputed from the final lse), writes dq per block, and adds the overlapping dk/dv windows back
+in ``ceil(w / b)`` strided pieces of at most ``b`` keys (pieces of one offset never overlap),
+accumulating in float32 (float64 for float64 inputs).
+
+Shape legend: B batch, H query heads, Hkv key/value heads, L queries, S keys, E head dim (Ev = E);
+n blocks per chunk, b queries per block, w keys per window.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ...core.indices import alignment_offset
+from .fused_gate import backward_op, forward_op
+from .fused_merge import empty_rows_to_neginf, lse_for_backward
+
+__all__ = ["Band", "band_of", "band_forward", "band_backward", "chunks", "CHUNK_ELEMS"]
+
+CHUNK_ELEMS = 1 << 19  # output elements per fused call (2 MiB in float32)
+
+
+@dataclass(frozen=True)
+class Band:
+    """Geometry of a banded call: block size, window, interior block range [lo_block, hi_block)."""
+
+    L: int
+    S: int
+    left: int
+    right: int
+    off: int  # key position of query 0
+    b: int
+
+    @property
+    def w(self) -> int:
+        return self.b + self.left + self.right
+
+    @property
+    def nblocks(self) -> int:
+        return -(-self.L // self.b)
+
+    def start(self, i: int) -> int:
+        """First key of block i's (unclipped) window."""
+        return i * self.b + self.off - self.left
+
+    @property
+    def interior(self) -> tuple[int, int]:
+        """Blocks [i0, i1) whose full window lies in [0, S) and that hold b queries."""
+        b = self.b
+        i0 = max(0, -(-(self.left - self.off) // b))
+        i1 = min(self.L // b, (self.S - b - self.off - self.right) // b + 1)
+        return (i0, i1) if i1 > i0 else (0, 0)
+
+    def edges(self) -> list[tuple[int, int, int, int]]:
+        """(q0, q1, k0, k1) of every non-interior block with at least one key in range."""
+        i0, i1 = self.interior
+        out = []
+        for i in list(range(0, i0)) + list(range(i1, self.nblocks)):
+            q0, q1 = i * self.b, min((i + 1) * self.b, self.L)
+            k0 = max(q0 + self.off - self.left, 0)
+            k1 = min(q1 - 1 + self.off + self.right, self.S - 1) + 1
+            if k1 > k0:
+                out.append((q0, q1, k0, k1))
+        return out
+
+
+def band_of(mask, L: int, S: int) -> Band | None:
+    """The band of a sliding-window mask with both sides bounded, else None."""
+    left, right = getattr(mask, "left", None), getattr(mask, "right", None)
+    if left is None or right is None or not mask.shift_invariant:
+        return None
+    b = 32 if left + right + 1 < 128 else 64
+    return Band(L, S, left, right, alignment_offset(mask.align, L, S), min(b, L))
+
+
+def _additive(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """bool (l, w) -> additive mask (l, w): 0 where allowed, -inf elsewhere (never a finite fill)."""
+    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill_(~allowed, float("-inf"))
+
+
+def _blocks_view(x: torch.Tensor, bi: int, start: int, n: int, rows: int, step: int) -> torch.Tensor:
+    """(n, heads, rows, D) view of x (B, heads, N, D): item j covers x[bi, :, start + j·step : + rows]."""
+    sB, sH, sN, sD = x.stride()
+    return x.as_strided((n, x.shape[1], rows, x.shape[3]), (step * sN, sH, sN, sD), x.storage_offset() + bi * sB + start * sN)
+
+
+def _lse_view(lse: torch.Tensor, bi: int, start: int, n: int, rows: int) -> torch.Tensor:
+    sB, sH, sN = lse.stride()
+    return lse.as_strided((n, lse.shape[1], rows), (rows * sN, sH, sN), lse.storage_offset() + bi * sB + start * sN)
+
+
+def chunks(band: Band, H: int, E: int, elems: int = CHUNK_ELEMS) -> list[tuple[int, int]]:
+    """Interior blocks [c0, c1) per fused call: about ``elems`` output elements each."""
+    i0, i1 = band.interior
+    per = max(1, elems // (H * band.b * E))
+    return [(i, min(i + per, i1)) for i in range(i0, i1, per)]
+
+
+def _shared_mask(mask, band: Band, dtype, device) -> torch.Tensor:
+    """The (b, w) additive mask of every interior block, evaluated from the mask itself."""
+    i0 = band.interior[0]
+    q0, k0 = i0 * band.b, band.start(i0)
+    allowed = mask.evaluate((q0, q0 + band.b), (k0, k0 + band.w), band.L, band.S, device=device)
+    return _additive(allowed[0, 0], dtype)
+
+
+def band_forward(q, k, v, mask, band: Band, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """out (B, H, L, E) in q's dtype and lse (B, H, L) (float32; float64 for float64) of a banded call."""
+    B, H, L, E = q.shape
+    lse_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
+    out = torch.zeros(B, H, L, v.shape[-1], dtype=q.dtype, device=q.device)
+    lse = torch.full((B, H, L), float("-inf"), dtype=lse_dtype, device=q.device)
+    op, b = forward_op(), band.b
+    if band.interior[1] > band.interior[0]:
+        shared = _shared_mask(mask, band, q.dtype, q.device)
+        for bi in range(B):
+            for c0, c1 in chunks(band, H, E):
+                n = c1 - c0
+                qv = _blocks_view(q, bi, c0 * b, n, b, b)
+                kv = _blocks_view(k, bi, band.start(c0), n, band.w, b)
+                vv = _blocks_view(v, bi, band.start(c0), n, band.w, b)
+                o, l2 = op(qv, kv, vv, attn_mask=shared, scale=scale)  # (n, H, b, E), (n, H, b)
+                _blocks_view(out, bi, c0 * b, n, b, b).copy_(o)
+                _lse_view(lse, bi, c0 * b, n, b).copy_(l2)
+    for q0, q1, k0, k1 in band.edges():
+        allowed = mask.evaluate((q0, q1), (k0, k1), L, band.S, device=q.device)[0, 0]  # (l, w)
+        o, l2 = op(q[:, :, q0:q1], k[:, :, k0:k1], v[:, :, k0:k1], attn_mask=_additive(allowed, q.dtype), scale=scale)
+        empty_rows_to_neginf(o, l2, allowed.any(-1))
+        out[:, :, q0:q1] = o
+        lse[:, :, q0:q1] = l2
+    return out, lse
+
+
+def band_backward(dout, q, k, v, out, lse, mask, band: Band, scale: float):
+    """(dq, dk, dv) of a banded call from the global out and lse; dk, dv summed in float32/float64."""
+    B, H, L, E = q.shape
+    acc = torch.float64 if q.dtype == torch.float64 else torch.float32
+    dq = torch.zeros_like(q, memory_format=torch.contiguous_format)
+    dk = torch.zeros(k.shape, dtype=acc, device=k.device)
+    dv = torch.zeros(v.shape, dtype=acc, device=v.device)
+    bop, b, w = backward_op(), band.b, band.w
+    if band.interior[1] > band.interior[0]:
+        shared = _shared_mask(mask, band, q.dtype, q.device)
+        for bi in range(B):
+            # a quarter of the forward's chunk: each call's dk, dv windows are w / b times its dq
+            for c0, c1 in chunks(band, H, E, CHUNK_ELEMS // 4):
+                n = c1 - c0
+                rows = (c0 * b, n, b, b)
+                st = band.start(c0)
+                views = [_blocks_view(t, bi, *rows) for t in (dout, q)]
+                kv = [_blocks_view(t, bi, st, n, w, b) for t in (k, v)]
+                g = bop(views[0], views[1], *kv, _blocks_view(out, bi, *rows), _lse_view(lse, bi, c0 * b, n, b),
+                        0.0, False, attn_mask=shared, scale=scale)
+                _blocks_view(dq, bi, *rows).copy_(g[0])
+                for acc_t, part in ((dk, g[1]), (dv, g[2])):  # (n, Hkv, w, E) windows, overlapping by w - b
+                    for p0 in range(0, w, b):
+                        width = min(b, w - p0)
+                        _blocks_view(acc_t, bi, st + p0, n, width, b).add_(part[:, :, p0:p0 + width])
+    for q0, q1, k0, k1 in band.edges():
+        allowed = mask.evaluate((q0, q1), (k0, k1), L, band.S, device=q.device)[0, 0]
+        g = bop(dout[:, :, q0:q1], q[:, :, q0:q1], k[:, :, k0:k1], v[:, :, k0:k1], out[:, :, q0:q1],
+                lse_for_backward(lse[:, :, q0:q1]), 0.0, False, attn_mask=_additive(allowed, q.dtype), scale=scale)
+        dq[:, :, q0:q1] = g[0]
+        dk[:, :, k0:k1] += g[1]
+        dv[:, :, k0:k1] += g[2]
+    return dq, dk.to(k.dtype), dv.to(v.dtype)

@@ -1,0 +1,96 @@
+r"""Unmasked and causal calls on the fused kernel, with bottom-right alignment for L != S.
+
+The kernel's ``is_causal`` is top-left: query i sees keys 0..i. attnkit's default causal mask is
+bottom-right (the last query sits on the last key, as in decoding with a cache): query i sees keys
+``0 .. i + off`` with ``off = S - L``. So
+
+* keys after the last query's position (``align="top_left"`` with L < S) are never seen, so they
+  are not passed to the kernel (whose causal tiles would read them: a NaN there would leak);
+* ``off == 0`` (L == S, or ``align="top_left"``): one ``is_causal`` call;
+* ``off > 0`` (L < S, a cached prefix): every query sees the first ``off`` keys (one unmasked call,
+  the *prefix*) and, among the last L keys, the causal square (one ``is_causal`` call); the two
+  partial results are merged by log-sum-exp (:func:`.fused_merge.merge_into`), ``rows`` query rows
+  at a time so the float32 temporaries stay small;
+* ``off < 0`` (L > S): the first ``-off`` queries see no key (out 0, lse -inf) and the rest form
+  the causal square against all S keys.
+
+The backward gives each call the *global* out and lse: P = exp(s - lse) is then exact for every
+part, dq sums over the two parts (in float32 for half inputs) and dk / dv are disjoint.
+
+Half precision: the kernel computes scores, the running max and sum and the output accumulator in
+float32, but multiplies P by V with P rounded to the input dtype, exactly as SDPA on CPU does; the
+error is therefore SDPA's own.
+
+Shape legend: B batch, H query heads, Hkv key/value heads, L queries, S keys, E head dim (Ev = E).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .fused_gate import backward_op, forward_op
+from .fused_merge import lse_for_backward, merge_into
+
+__all__ = ["dense_forward", "dense_backward"]
+
+_MERGE_ROWS = 2048  # query rows merged at a time (float32 temporaries of B·H·rows·E)
+
+
+def dense_forward(q, k, v, scale: float, causal_off: int | None = None):
+    """(out (B, H, L, E), lse (B, H, L)): unmasked when ``causal_off`` is None, else causal with
+    query 0 at key position ``causal_off``."""
+    op = forward_op()
+    if causal_off is None:
+        return op(q, k, v, scale=scale)
+    L, S = q.shape[2], k.shape[2]
+    if 0 <= causal_off and L + causal_off < S:  # keys past the last query's position: never seen, never read
+        k, v = k[:, :, : L + causal_off], v[:, :, : L + causal_off]
+    if causal_off == 0:
+        return op(q, k, v, is_causal=True, scale=scale)
+    if causal_off < 0:  # L > S: the first -off queries see nothing
+        skip = min(-causal_off, L)
+        lse_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
+        out = torch.zeros(*q.shape[:3], v.shape[-1], dtype=q.dtype, device=q.device)
+        lse = torch.full(q.shape[:3], float("-inf"), dtype=lse_dtype, device=q.device)
+        if skip < L:
+            o, l2 = op(q[:, :, skip:], k, v, is_causal=True, scale=scale)
+            out[:, :, skip:] = o
+            lse[:, :, skip:] = l2
+        return out, lse
+    out, lse = op(q, k[:, :, :causal_off], v[:, :, :causal_off], scale=scale)  # the cached prefix
+    o2, l2 = op(q, k[:, :, causal_off:], v[:, :, causal_off:], is_causal=True, scale=scale)  # the square
+    for r0 in range(0, L, _MERGE_ROWS):
+        r = slice(r0, min(r0 + _MERGE_ROWS, L))
+        merge_into(out[:, :, r], lse[:, :, r], o2[:, :, r], l2[:, :, r])
+    return out, lse
+
+
+def dense_backward(dout, q, k, v, out, lse, scale: float, causal_off: int | None = None):
+    """(dq, dk, dv) of :func:`dense_forward` from its global out and lse."""
+    L, S = q.shape[2], k.shape[2]
+    if causal_off is not None and 0 <= causal_off and L + causal_off < S:  # the forward never read these keys
+        seen = L + causal_off
+        dq, dk, dv = dense_backward(dout, q, k[:, :, :seen], v[:, :, :seen], out, lse, scale, causal_off)
+        pad = (0, 0, 0, S - seen)
+        return dq, torch.nn.functional.pad(dk, pad), torch.nn.functional.pad(dv, pad)
+    bop = backward_op()
+    lse_b = lse_for_backward(lse)
+    if causal_off is None or causal_off == 0:
+        return bop(dout, q, k, v, out, lse_b, 0.0, causal_off == 0, scale=scale)
+    if causal_off < 0:
+        skip = min(-causal_off, L)
+        dq, dk, dv = torch.zeros_like(q, memory_format=torch.contiguous_format), torch.zeros_like(k), torch.zeros_like(v)
+        if skip < L:
+            r = slice(skip, L)
+            g = bop(dout[:, :, r], q[:, :, r], k, v, out[:, :, r], lse_b[:, :, r], 0.0, True, scale=scale)
+            dq[:, :, r] = g[0]
+            dk, dv = g[1], g[2]
+        return dq, dk, dv
+    p = slice(0, causal_off)
+    s = slice(causal_off, k.shape[2])
+    g1 = bop(dout, q, k[:, :, p], v[:, :, p], out, lse_b, 0.0, False, scale=scale)
+    g2 = bop(dout, q, k[:, :, s], v[:, :, s], out, lse_b, 0.0, True, scale=scale)
+    acc = torch.float64 if q.dtype == torch.float64 else torch.float32
+    dq = (g1[0].to(acc) + g2[0]).to(q.dtype)  # summed in float32 for half inputs
+    return dq, torch.cat([g1[1], g2[1]], 2), torch.cat([g1[2], g2[2]], 2)
+

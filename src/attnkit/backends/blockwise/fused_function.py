@@ -1,0 +1,175 @@
+r"""The blockwise backend's fused paths: which calls they serve, and their autograd function.
+
+A call runs on PyTorch's fused CPU flash kernel (:mod:`.fused_gate`) instead of the Python tile
+loop when all of these hold, else the tile loop runs (same results within rounding):
+
+* the kernel passed its self-test for the dtype (float32, float64, bfloat16) and is enabled;
+* CPU tensors, eager mode (not while ``torch.compile`` traces, not inside ``torch.func``);
+* the plain (scaled) dot score, no bias, no dropout, no returned weights, E == Ev;
+* no explicit tile sizes (``block_q`` / ``block_kv`` arguments or ``attnkit.options``): asking
+  for tiles asks for the tile loop;
+* the mask is none (*dense*: one call), causal (*causal*: :mod:`.fused_causal`, bottom-right
+  alignment by a prefix call merged by log-sum-exp), a sliding window bounded on both sides
+  (*band*: :mod:`.fused_band`), or any other mask that does not depend on the head and whose tile
+  states can be read (*tiles*: :mod:`.fused_tiles`: documents, chunks, prefix-LM, padding, ...).
+
+Half precision (bf16): the kernel keeps scores, the running max and sum and the output accumulator
+in float32, but multiplies P by V with P rounded to bf16, as SDPA does on CPU; so the fused path's
+error is SDPA's own (the tile loop's is smaller: it upcasts everything). Gradients that several
+calls contribute to (overlapping windows, segments) are summed in float32.
+
+Gradients: the backward ops, fed the global out and lse. Two cases re-run the call on the tile loop
+under autograd instead, because the backward op has no input for them: a gradient flowing into the
+returned ``lse`` (:math:`dS = P (dP - D + d\mathrm{lse})`), and double backward
+(``create_graph=True``), which the tile loop then serves or refuses with its own error.
+
+Shape legend: B batch, H query heads, Hkv key/value heads, L queries, S keys, E head dim.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from ...core.indices import alignment_offset
+from ...core.mask_kinds import CausalMask, SlidingWindowMask
+from ...core.options import current as current_options
+from ...core.output import BackendResult
+from ..tiling import default_tiles
+from .fused_band import Band, band_backward, band_forward, band_of
+from .fused_causal import dense_backward, dense_forward
+from .fused_gate import available
+from .fused_tiles import Segments, segments_of, tiles_backward, tiles_forward
+
+__all__ = ["FusedRoute", "route_of", "run_fused", "PATH_NAMES"]
+
+PATH_NAMES = {
+    "dense": "fused kernel, one call",
+    "causal": "fused kernel, causal (prefix + is_causal square, lse merge)",
+    "band": "fused kernel, banded windows per query block",
+    "tiles": "fused kernel per query block on the mask's non-empty tiles, lse merge",
+}
+
+
+@dataclass(frozen=True)
+class FusedRoute:
+    """How one call runs on the fused kernel: ``kind`` in :data:`PATH_NAMES`, the softmax scale,
+    the mask, and the band (kind "band") or causal offset (kind "causal")."""
+
+    kind: str
+    scale: float
+    mask: object = None
+    band: Band | None = None
+    causal_off: int | None = None
+    segments: Segments | None = None
+
+    def forward(self, q, k, v):
+        if self.kind == "band":
+            return band_forward(q, k, v, self.mask, self.band, self.scale)
+        if self.kind == "tiles":
+            return tiles_forward(q, k, v, self.mask, self.segments, self.scale)
+        return dense_forward(q, k, v, self.scale, self.causal_off)
+
+    def backward(self, dout, q, k, v, out, lse):
+        if self.kind == "band":
+            return band_backward(dout, q, k, v, out, lse, self.mask, self.band, self.scale)
+        if self.kind == "tiles":
+            return tiles_backward(dout, q, k, v, out, lse, self.mask, self.segments, self.scale)
+        return dense_backward(dout, q, k, v, out, lse, self.scale, self.causal_off)
+
+
+def _wrapped(*ts: torch.Tensor) -> bool:
+    return any(torch._C._functorch.is_functorch_wrapped_tensor(t) for t in ts)
+
+
+def route_of(call, block_q: int | None = None, block_kv: int | None = None) -> FusedRoute | None:
+    """The fused route of a call, or None when the tile loop must serve it (see the module docstring)."""
+    q, k, v = call.q, call.k, call.v
+    if block_q is not None or block_kv is not None:
+        return None
+    if q.device.type != "cpu" or torch.compiler.is_compiling() or _wrapped(q, k, v):
+        return None
+    if not getattr(call.score, "identity_dot", False) or call.bias is not None or call.dropout_p > 0 or call.return_weights:
+        return None
+    if q.shape[-1] != v.shape[-1] or q.shape[0] == 0:
+        return None
+    opts = current_options()
+    if opts.block_q is not None or opts.block_kv is not None:
+        return None
+    L, S = q.shape[2], k.shape[2]
+    mask = call.mask
+    if mask is None:
+        route = FusedRoute("dense", call.scale)
+    elif type(mask) is CausalMask:
+        route = FusedRoute("causal", call.scale, mask, causal_off=alignment_offset(mask.align, L, S))
+    elif type(mask) is SlidingWindowMask and band_of(mask, L, S) is not None:
+        route = FusedRoute("band", call.scale, mask, band=band_of(mask, L, S))
+    elif "h" not in mask.dims and (segs := segments_of(mask, L, S)) is not None:
+        route = FusedRoute("tiles", call.scale, mask, segments=segs)
+    else:
+        return None
+    return route if available(q.dtype) else None
+
+
+def _lastdim_contiguous(t: torch.Tensor) -> torch.Tensor:
+    return t if t.stride(-1) == 1 else t.contiguous()
+
+
+class _FusedFunction(torch.autograd.Function):
+    """(route, python, q, k, v) -> (out in q's dtype, lse in natural units, float32/float64)."""
+
+    @staticmethod
+    def forward(ctx, route: FusedRoute, python: Callable, q, k, v):
+        qc, kc, vc = (_lastdim_contiguous(t) for t in (q, k, v))
+        out, lse = route.forward(qc, kc, vc)
+        ctx.route, ctx.python = route, python
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.set_materialize_grads(False)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, dout, dlse):
+        q, k, v, out, lse = ctx.saved_tensors
+        need = ctx.needs_input_grad[2:5]
+        # the kernel's backward rebuilds the weights from a rounded lse with a fast exp and sums half
+        # gradients in half: the differential fuzz measured up to 11x (float32 dv) and 80x (bf16 dq) the
+        # reference's own error, so below float64 the gradients come from the tile loop (within 2x)
+        if dlse is not None or torch.is_grad_enabled() or q.dtype != torch.float64:
+            return (None, None, *_tile_loop_grads(ctx.python, q, k, v, dout, dlse, need))
+        if dout is None:
+            return None, None, None, None, None
+        qc, kc, vc = (_lastdim_contiguous(t) for t in (q, k, v))
+        dq, dk, dv = ctx.route.backward(dout.contiguous(), qc, kc, vc, out, lse)
+        return None, None, *(g if n else None for g, n in zip((dq, dk, dv), need))
+
+
+def _tile_loop_grads(python: Callable, q, k, v, dout, dlse, need):
+    """Gradients by re-running the call on the tile loop under autograd (dlse, double backward)."""
+    create_graph = torch.is_grad_enabled()
+    with torch.enable_grad():
+        out, lse = python(q, k, v)
+        outs, grads = [], []
+        for t, g in ((out, dout), (lse, dlse)):
+            if g is not None:
+                outs.append(t)
+                grads.append(g.to(t.dtype))
+        inputs = [t for t, n in zip((q, k, v), need) if n]
+        got = iter(torch.autograd.grad(outs, inputs, grads, create_graph=create_graph, allow_unused=True) if inputs and outs else ())
+    res = [next(got) if n and outs else None for n in need]
+    return [None if g is None else g.to(t.dtype) for g, t in zip(res, (q, k, v))]
+
+
+def run_fused(call, route: FusedRoute, tile_loop: Callable) -> BackendResult:
+    """Run ``call`` on ``route``. ``tile_loop(call, block_q, block_kv, seed)`` is the blockwise tile
+    loop, used for the two gradient cases the backward op cannot serve."""
+
+    def python(q, k, v):
+        bq, bk = default_tiles(call.mask, call.q.shape[2], call.k.shape[2], call.q.dtype, call.q.device)
+        res = tile_loop(dataclasses.replace(call, q=q, k=k, v=v), bq, bk, None)  # explicit tiles: the tile loop
+        return res.out, res.lse
+
+    out, lse = _FusedFunction.apply(route, python, call.q, call.k, call.v)
+    return BackendResult(out, None, lse, torch.isneginf(lse).sum(), [])

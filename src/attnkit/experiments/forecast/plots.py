@@ -1,0 +1,174 @@
+"""The forecast experiment's figures, published reference numbers, and report section.
+
+* :func:`attention_by_lag` — ``lstm_attention``'s weights averaged over test windows, read by lag:
+  decoder step t (row T_in + t) attending to input step s has lag ``T_in + t - s``, so a weight
+  concentrated at lag 48 on half-hourly data means "look at the same time yesterday".
+* :data:`PUBLISHED` — ETTh1 multivariate MSE/MAE (scaled, standard split) as the papers publish them.
+* :func:`section` / :func:`reading` — the tables and the plain-language reading (English or Chinese),
+  written in :mod:`.section`.
+
+Shape legend: N windows, T_in input length, T_out horizon.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+# (data, features, input_len, horizon) -> rows; numbers exactly as the cited tables state them
+PUBLISHED = {
+    ("ETTh1", "M", None, 24): [
+        {"model": "Informer", "input_len": "searched", "mse": 0.577, "mae": 0.549,
+         "source": "Zhou et al. 2021, Informer, arXiv:2012.07436, Table 2 (multivariate)"},
+    ],
+    ("ETTh1", "M", 336, 96): [
+        {"model": "PatchTST/42", "input_len": 336, "mse": 0.375, "mae": 0.399,
+         "source": "Nie et al. 2023, PatchTST, arXiv:2211.14730, Table 3"},
+        {"model": "DLinear", "input_len": 336, "mse": 0.375, "mae": 0.399,
+         "source": "Zeng et al. 2023, DLinear, arXiv:2205.13504, Table 2 (as quoted by PatchTST Table 3)"},
+        {"model": "PatchTST/64", "input_len": 512, "mse": 0.370, "mae": 0.400,
+         "source": "Nie et al. 2023, PatchTST, arXiv:2211.14730, Table 3"},
+    ],
+    ("ETTh1", "M", 96, 96): [
+        {"model": "PatchTST", "input_len": 96, "mse": 0.414, "mae": None,
+         "source": "input-96 re-runs in later benchmark tables, a secondary quotation; not checked against a primary table here, MAE not quoted"},
+        {"model": "DLinear", "input_len": 96, "mse": 0.386, "mae": None,
+         "source": "input-96 re-runs in later benchmark tables, a secondary quotation; not checked against a primary table here, MAE not quoted"},
+    ],
+}
+
+
+def published_for(data: str, features: str, input_len: int, horizon: int) -> list[dict]:
+    """Published rows for this data set and setting (Informer's input length was searched)."""
+    return PUBLISHED.get((data, features, input_len, horizon), []) + PUBLISHED.get((data, features, None, horizon), [])
+
+
+@torch.no_grad()
+def attention_by_lag(model, data, lags_of_interest: dict[str, int], max_windows: int = 512, device=None) -> dict:
+    """Average weight per (decoder step, input step) and per lag over up to ``max_windows`` test windows."""
+    model = getattr(model, "module", model)
+    model.eval()
+    idx = np.linspace(0, len(data.test) - 1, min(max_windows, len(data.test))).astype(int)
+    dev = device or next(model.parameters()).device
+    total = None
+    for chunk in np.array_split(idx, max(1, len(idx) // 128)):
+        past, known, _ = (torch.stack(t) for t in zip(*(data.test[int(i)] for i in chunk)))
+        _, w = model.forecast_with_weights(past.to(dev), known.to(dev) if known.shape[-1] else None)
+        s = w.double().sum(0).cpu()  # (T_out, T_in)
+        total = s if total is None else total + s
+    heat = total / len(idx)  # rows sum to 1
+    T_out, T_in = heat.shape
+    lag = T_in + torch.arange(T_out)[:, None] - torch.arange(T_in)[None, :]  # (T_out, T_in), lag >= 1
+    n_lags = T_in + T_out - 1
+    by_lag = torch.zeros(n_lags + 1, dtype=torch.float64).index_add_(0, lag.flatten(), heat.flatten())
+    count = torch.zeros(n_lags + 1, dtype=torch.float64).index_add_(0, lag.flatten(), torch.ones(lag.numel(), dtype=torch.float64))
+    mean_by_lag = (by_lag / count.clamp(min=1))[1:]  # index 0 is lag 1
+    median = float(mean_by_lag.median())
+    lags = {}
+    for name, L in lags_of_interest.items():
+        if 1 <= L <= n_lags:
+            wgt = float(mean_by_lag[L - 1])
+            lags[name] = {"lag": L, "weight": wgt, "ratio_to_median": wgt / median if median > 0 else None}
+    top = torch.topk(mean_by_lag, k=min(5, n_lags)).indices + 1
+    return {
+        "windows": int(len(idx)), "uniform_weight": 1.0 / T_in, "median_weight": median,
+        "mean_weight_by_lag": [round(float(x), 6) for x in mean_by_lag], "top_lags": top.tolist(),
+        "lags_of_interest": lags, "heatmap": [[round(float(x), 5) for x in row] for row in heat],
+    }
+
+
+def lag_rhythm(mean_weight_by_lag, lags_of_interest: dict | None = None) -> dict:
+    """Read a weight-by-lag profile (index i is lag i + 1) the way its plot is read: its dominant
+    period, the peaks, and where each lag of interest sits among its neighbours.
+
+    The period is the median spacing of the profile's peaks (local maxima); ``autocorr`` is the
+    profile's autocorrelation (mean removed) at that shift: near 1 a clean rhythm, below ~0.3 none.
+    A lag of interest L is compared with lags within half a period (or L/2 without a rhythm) of it."""
+    b = np.asarray(mean_weight_by_lag, dtype=np.float64)
+    n = len(b)
+    x = b - b.mean()
+    denom = float((x * x).sum())
+    peaks = [i + 1 for i in range(1, n - 1) if b[i] > b[i - 1] and b[i] >= b[i + 1]]  # lags of the local maxima
+    period = int(round(float(np.median(np.diff(peaks))))) if len(peaks) >= 3 else None
+    if period is not None and not 1 <= period < n:
+        period = None
+    strength = float((x[:-period] * x[period:]).sum()) / denom if period and denom > 0 else 0.0
+    med = float(np.median(b))
+    near = {}
+    for name, d in (lags_of_interest or {}).items():
+        L = d["lag"] if isinstance(d, dict) else int(d)
+        if not 1 <= L <= n:
+            continue
+        half = max(1, (period if period and strength >= 0.3 else L) // 2)
+        lo, hi = max(1, L - half), min(n, L + half)
+        seg = b[lo - 1 : hi]
+        lmin, lmax = lo + int(seg.argmin()), lo + int(seg.argmax())
+        span = float(seg.max() - seg.min())
+        near[name] = {"lag": L, "weight": float(b[L - 1]), "from": lo, "to": hi, "min": float(seg.min()), "min_lag": lmin,
+                      "max": float(seg.max()), "max_lag": lmax, "position": float((b[L - 1] - seg.min()) / span) if span > 0 else 0.5}
+    return {"period": period, "autocorr": strength, "peak_lags": peaks, "median": med, "neighbours": near}
+
+
+def save_attention_plot(ctx, att: dict, relpath: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    heat = np.array(att["heatmap"])
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(13, 4.5), gridspec_kw={"width_ratios": [1.1, 1]})
+    im = a1.imshow(heat, aspect="auto", cmap="viridis")
+    a1.set(xlabel="input step s (oldest → newest)", ylabel="forecast step t", title="lstm_attention: mean weight")
+    fig.colorbar(im, ax=a1)
+    by_lag = np.array(att["mean_weight_by_lag"])
+    a2.plot(np.arange(1, len(by_lag) + 1), by_lag, lw=1)
+    a2.axhline(att["uniform_weight"], color="grey", ls=":", label="uniform 1/T_in")
+    for name, d in att["lags_of_interest"].items():
+        a2.axvline(d["lag"], color="tab:red", ls="--", lw=0.8)
+        a2.text(d["lag"], a2.get_ylim()[1] * 0.95, f" {name} ({d['lag']})", color="tab:red", fontsize=8, va="top")
+    a2.set(xlabel="lag (forecast step − input step)", ylabel="mean attention weight", title="attention versus lag")
+    a2.legend(fontsize=8)
+    fig.tight_layout()
+    ctx.save_figure(fig, relpath)
+
+
+def save_forecast_plot(ctx, data, preds: dict[str, torch.Tensor], idx: list[int], relpath: str) -> None:
+    """History, truth and each model's forecast of the plotted channel (original units), a few windows."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ch = len(data.targets) - 1  # the last forecast channel: the target column by convention
+    name = data.target_names[ch]
+    fig, axes = plt.subplots(len(idx), 1, figsize=(12, 3.2 * len(idx)), squeeze=False)
+    for ax, i in zip(axes[:, 0], idx):
+        past, _, target = data.test[i]
+        T_in, T_out = past.shape[0], target.shape[0]
+        show = min(T_in, 3 * T_out)
+        hist = data.to_original(past[-show:, data.targets])[:, ch].numpy()
+        ax.plot(np.arange(-show, 0), hist, color="black", lw=1, label="history")
+        ax.plot(np.arange(T_out), data.to_original(target)[:, ch].numpy(), color="black", lw=2, label="truth")
+        for model, p in preds.items():  # p: (len(idx), T_out, C_out), scaled
+            ax.plot(np.arange(T_out), data.to_original(p[idx.index(i)])[:, ch].numpy(), lw=1, label=model)
+        ax.set(ylabel=name, title=f"test window {i}")
+    axes[0, 0].legend(fontsize=7, ncol=4)
+    axes[-1, 0].set_xlabel("steps relative to the forecast origin")
+    fig.tight_layout()
+    ctx.save_figure(fig, relpath)
+
+
+def reading(setting: dict, data_name: str, lang: str = "en") -> list[str]:
+    """Plain-language sentences from one setting's numbers (see :mod:`.section`)."""
+    from .section import reading as _reading
+
+    return _reading(setting, data_name, lang)
+
+
+def section(results: dict, out_dir, lang: str = "en", full_results: dict | None = None):
+    """The report section: committed ``--full`` runs first, then this run (see :mod:`.section`)."""
+    from .section import section as _section
+
+    return _section(results, out_dir, lang, full_results=full_results)

@@ -1,0 +1,259 @@
+"""The forecast experiment's report section and summary row, in English or Chinese.
+
+Every number in the prose is formatted from a results dict (the run's JSON); the only numbers typed
+in are the published ones in :data:`attnkit.experiments.forecast.plots.PUBLISHED`, each with its
+source, input length and the convention it was measured under.
+
+With committed ``--full`` runs (``results/forecast/<run>/results.json``, handed in as
+``full_results`` = ``{run name: Results}`` by the report, see :mod:`attnkit.experiments.lab.committed`)
+their readings come first — 3 seeds on every window say more than the report's own quick run —
+and the quick run follows as a smaller replication; without one the quick run is read.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ...page.html import esc, png_img, table
+from ...page.i18n import tr
+from ..lab.committed import committed_first
+from ..lab.results import Section
+from .plots import lag_rhythm
+
+
+ATTENTION_MODELS = ("lstm_attention", "transformer", "patch_transformer")
+SAME_KIND = {"PatchTST": "patch_transformer", "DLinear": "dlinear"}  # published model -> ours of the same design
+
+# the convention under which both the published ETTh1 numbers and ours are measured (English, Chinese)
+CONVENTION = (
+    "Convention (ours and the published ETTh1 numbers): all 7 ETTh1 columns in and out (features M), the "
+    "12/4/4-month train/validation/test split, a z-score per column fitted on the training months, MSE and MAE "
+    "averaged over the scaled columns of every test window. Input lengths differ between papers and are given "
+    "per row; PatchTST (and our patch_transformer) also normalise each input window inside the model.",
+    "约定（我们的数字与论文中的 ETTh1 数字相同）：ETTh1 的全部 7 列既作输入也作输出（features M），"
+    "按 12/4/4 个月划分训练/验证/测试集，每列用训练月份拟合的 z-score 标准化，MSE 与 MAE 在每个测试窗口的"
+    "标准化列上取平均。各论文的输入长度不同，逐行列出；PatchTST（以及我们的 patch_transformer）还在模型内部"
+    "对每个输入窗口做实例归一化。",
+)
+
+
+def _pm(d: dict, key: str) -> str:
+    m = d.get(key)
+    return "" if m is None else f"{m['mean']:.4f} ± {m['std']:.4f}"
+
+
+def _verdict(a: dict, b: dict, seeds: int) -> str:
+    """'better' / 'worse' / 'within' / 'one seed' for b against a (lower MSE is better)."""
+    if seeds < 2:
+        return "one seed"
+    diff, noise = a["mean"] - b["mean"], max(a["std"], b["std"])
+    return "within" if abs(diff) <= noise else "better" if diff > 0 else "worse"
+
+
+def _lstm_sentence(models: dict, lang: str) -> str:
+    a, b = models["lstm"]["mse"], models["lstm_attention"]["mse"]
+    diff, noise = a["mean"] - b["mean"], max(a["std"], b["std"])
+    seeds = min(models["lstm"]["seeds"], models["lstm_attention"]["seeds"])
+    rel = f"{100 * abs(diff) / a['mean']:.1f} %"
+    nums = tr(lang, f"MSE {a['mean']:.4f} without, {b['mean']:.4f} with ({rel} {'lower' if diff > 0 else 'higher'})",
+              f"不加注意力 MSE {a['mean']:.4f}，加注意力 {b['mean']:.4f}（{'低' if diff > 0 else '高'} {rel}）")
+    v = _verdict(a, b, seeds)
+    if v == "one seed":  # "helped" needs a spread to beat: one seed can only say "not shown"
+        return tr(lang, f"Temporal attention did not clearly help the LSTM: {nums}; with one seed there is no seed-to-seed "
+                        "spread to judge the difference against (run --seeds 3).",
+                  f"时间注意力没有明显帮助 LSTM：{nums}；只有一个种子，没有种子间的离散程度可以用来判断这个差异（请用 --seeds 3）。")
+    if v == "within":
+        return tr(lang, f"Temporal attention did not clearly help the LSTM: {nums}; the difference is within the seed-to-seed "
+                        f"spread (std up to {noise:.4f}).",
+                  f"时间注意力没有明显帮助 LSTM：{nums}；差异在种子间的离散范围之内（标准差最大 {noise:.4f}）。")
+    if v == "better":
+        return tr(lang, f"Temporal attention helped the LSTM: {nums}, beyond the seed-to-seed spread (std up to {noise:.4f}).",
+                  f"时间注意力帮助了 LSTM：{nums}，超出了种子间的离散范围（标准差最大 {noise:.4f}）。")
+    return tr(lang, f"Temporal attention did not help the LSTM here, it hurt: {nums}, beyond the seed-to-seed spread "
+                    f"(std up to {noise:.4f}).",
+              f"时间注意力在这里没有帮助 LSTM，反而更差：{nums}，超出了种子间的离散范围（标准差最大 {noise:.4f}）。")
+
+
+def _linear_sentence(models: dict, lang: str) -> str | None:
+    """Did any attention model beat the linear model on the input window? Said plainly either way."""
+    att = [n for n in ATTENTION_MODELS if n in models]
+    if "dlinear" not in models or not att:
+        return None
+    best = min(att, key=lambda n: models[n]["mse"]["mean"])
+    a, b = models["dlinear"]["mse"], models[best]["mse"]
+    v = _verdict(a, b, min(models["dlinear"]["seeds"], models[best]["seeds"]))
+    nums = f"{best} {b['mean']:.4f} ± {b['std']:.4f}, dlinear {a['mean']:.4f} ± {a['std']:.4f}"
+    if v == "better":
+        return tr(lang, f"The best attention model beat the linear model beyond the seed spread: {nums}.",
+                  f"最好的注意力模型以超出种子离散范围的幅度胜过了线性模型：{nums}。")
+    return tr(lang, f"Attention did not beat the linear model here: the best attention model is {nums} "
+                    f"({'within the seed spread' if v == 'within' else 'one seed: no spread' if v == 'one seed' else 'worse, beyond the seed spread'}); "
+                    f"{_n_params(models, best)}.",
+              f"注意力在这里没有胜过线性模型：最好的注意力模型为 {nums}"
+              f"（{'差异在种子离散范围内' if v == 'within' else '只有一个种子，无离散程度' if v == 'one seed' else '更差，且超出种子离散范围'}）；"
+              f"{_n_params(models, best, 'zh')}。")
+
+
+def _n_params(models: dict, best: str, lang: str = "en") -> str:
+    p, q = int(models[best]["params"]["mean"]), int(models["dlinear"]["params"]["mean"])
+    t, u = models[best]["train_s"]["mean"], models["dlinear"]["train_s"]["mean"]
+    return tr(lang, f"it has {p:,} parameters against {q:,} and trained for {t:.0f} s against {u:.0f} s",
+              f"它有 {p:,} 个参数（线性模型 {q:,} 个），训练 {t:.0f} 秒（线性模型 {u:.0f} 秒）")
+
+
+_LAG_ZH = {"daily": "日", "weekly": "周"}
+
+
+def lag_sentence(att: dict, lang: str = "en") -> str:
+    """What the attention-versus-lag plot shows, from the numbers it is drawn from: the rhythm of the
+    profile (period between its peaks) and, for each lag of interest, its weight against its
+    neighbours. "Stands out": at least 1.5x the median lag's weight and in the upper half of its
+    neighbours' range (a flat profile gives 1.0x; a lag in a trough of the rhythm sits in the lower half)."""
+    rh = lag_rhythm(att["mean_weight_by_lag"], att.get("lags_of_interest"))
+    peaks = rh["peak_lags"][:8]
+    named = {d["lag"]: n for n, d in att.get("lags_of_interest", {}).items()}
+    if rh["period"] and rh["autocorr"] >= 0.3:
+        n = next((named[L] for L in (rh["period"] - 1, rh["period"], rh["period"] + 1) if L in named), None)
+        first = tr(lang, f"the weight rises and falls with a period of {rh['period']} steps (autocorrelation {rh['autocorr']:.2f} at "
+                         f"that shift; peaks at lags {peaks})" + (f", the {n} period" if n else ""),
+                   f"权重以 {rh['period']} 步为周期起伏（该间隔处的自相关为 {rh['autocorr']:.2f}；峰值位于滞后 {peaks}）"
+                   + (f"，即{_LAG_ZH.get(n, n)}周期" if n else ""))
+    else:
+        first = tr(lang, f"the weight has no regular rhythm (autocorrelation {rh['autocorr']:.2f} at the typical peak spacing)",
+                   f"权重没有规律的周期（典型峰间距处的自相关为 {rh['autocorr']:.2f}）")
+    parts = [first]
+    for name, d in att.get("lags_of_interest", {}).items():
+        nb = rh["neighbours"].get(name)
+        if nb is None or d.get("ratio_to_median") is None:
+            continue
+        up = d["ratio_to_median"] >= 1.5 and nb["position"] >= 0.5
+        where_en = "near the top of" if nb["position"] >= 0.8 else "near the bottom of" if nb["position"] <= 0.2 else "in the middle of"
+        where_zh = "接近最高" if nb["position"] >= 0.8 else "接近最低" if nb["position"] <= 0.2 else "居中"
+        parts.append(tr(lang,
+                        f"the {name} lag {nb['lag']} itself {'stands out' if up else 'does not stand out'}: {nb['weight']:.4f}, "
+                        f"{d['ratio_to_median']:.1f}× the median lag's weight, {where_en} its neighbours (lags {nb['from']}–{nb['to']} "
+                        f"run from {nb['min']:.4f} at lag {nb['min_lag']} to {nb['max']:.4f} at lag {nb['max_lag']})",
+                        f"{_LAG_ZH.get(name, name)}滞后 {nb['lag']} 本身{'突出' if up else '不突出'}：权重 {nb['weight']:.4f}，"
+                        f"是滞后权重中位数的 {d['ratio_to_median']:.1f} 倍，在相邻滞后中{where_zh}（滞后 {nb['from']}–{nb['to']} "
+                        f"从滞后 {nb['min_lag']} 的 {nb['min']:.4f} 到滞后 {nb['max_lag']} 的 {nb['max']:.4f}）"))
+    return tr(lang, "Attention versus lag — " + "; ".join(parts) + f"; uniform would be {att['uniform_weight']:.4f}; "
+                    f"the five heaviest lags are {att['top_lags']}.",
+              "注意力与滞后 —— " + "；".join(parts) + f"；均匀分布时为 {att['uniform_weight']:.4f}；"
+              f"权重最大的五个滞后是 {att['top_lags']}。")
+
+
+def reading(setting: dict, data_name: str, lang: str = "en") -> list[str]:
+    """Plain-language sentences generated from one setting's numbers, in ``lang``."""
+    models = setting["models"]
+    out = []
+    ranked = sorted(models, key=lambda n: models[n]["mse"]["mean"])
+    if ranked:
+        out.append(tr(lang, f"Lowest test MSE (scaled): {ranked[0]} ({_pm(models[ranked[0]], 'mse')}); order: {', '.join(ranked)}.",
+                      f"测试 MSE（标准化）最低的是 {ranked[0]}（{_pm(models[ranked[0]], 'mse')}）；排序：{'、'.join(ranked)}。"))
+    if "lstm" in models and "lstm_attention" in models:
+        out.append(_lstm_sentence(models, lang))
+    if all("params" in m and "train_s" in m for m in models.values()):
+        s = _linear_sentence(models, lang)
+        if s:
+            out.append(s)
+    for base in ("seasonal_naive", "naive"):
+        if base in models:
+            beat = [n for n in models if models[n]["mse"]["mean"] < models[base]["mse"]["mean"] and n != base]
+            out.append(tr(lang, f"{len(beat)} of {len(models) - 1} models beat {base} (MSE {models[base]['mse']['mean']:.4f}).",
+                          f"{len(models) - 1} 个模型中有 {len(beat)} 个胜过 {base}（MSE {models[base]['mse']['mean']:.4f}）。"))
+            break
+    att = setting.get("attention")
+    if att:
+        out.append(lag_sentence(att, lang))
+    if setting.get("published") and models:
+        best_name = min(models, key=lambda n: models[n]["mse"]["mean"])
+        best = models[best_name]
+        for row in setting["published"]:
+            gap = best["mse"]["mean"] - row["mse"]
+            below = gap < 0
+            line = tr(lang, f"Published {row['model']} (input {row['input_len']}): MSE {row['mse']:.3f}; our best, {best_name}, "
+                            f"{best['mse']['mean']:.4f} is {'below' if below else 'above'} it by {abs(gap):.4f}",
+                      f"论文中的 {row['model']}（输入 {row['input_len']}）：MSE {row['mse']:.3f}；我们最好的 {best_name} 为 "
+                      f"{best['mse']['mean']:.4f}，比它{'低' if below else '高'} {abs(gap):.4f}")
+            if row.get("mae") is not None and "mae" in best:
+                mgap = best["mae"]["mean"] - row["mae"]
+                line += tr(lang, f" (MAE {best['mae']['mean']:.4f} vs {row['mae']:.3f}: {'below' if mgap < 0 else 'above'} by {abs(mgap):.4f})",
+                           f"（MAE {best['mae']['mean']:.4f} 对 {row['mae']:.3f}：{'低' if mgap < 0 else '高'} {abs(mgap):.4f}）")
+            same = SAME_KIND.get(row["model"].split("/")[0])
+            if same in models and same != best_name:  # like for like: the published model against ours of its kind
+                g = models[same]["mse"]["mean"] - row["mse"]
+                line += tr(lang, f"; our {same}, {models[same]['mse']['mean']:.4f}, is {'below' if g < 0 else 'above'} it by {abs(g):.4f}",
+                           f"；我们的 {same} 为 {models[same]['mse']['mean']:.4f}，比它{'低' if g < 0 else '高'} {abs(g):.4f}")
+            out.append(line + tr(lang, ".", "。"))
+    return out
+
+
+def settings_html(results: dict, run_dir: Path, lang: str) -> str:
+    """Per setting: the table, the published rows, the reading and the run's figures."""
+    data = results.get("data", {})
+    html = [tr(lang, f"<p>Data: {esc(data.get('name'))} ({esc(data.get('source'))}), {data.get('rows')} rows. MSE/MAE on the scaled "
+                     "test split (the published tables' convention); the scaler was fitted on the training rows only and early "
+                     "stopping read the validation split only.</p>",
+               f"<p>数据：{esc(data.get('name'))}（{esc(data.get('source'))}），{data.get('rows')} 行。MSE/MAE 在标准化后的测试集上"
+               "计算（与论文表格的约定相同）；标准化只用训练行拟合，早停只读验证集。</p>")]
+    for key, st in results.get("settings", {}).items():
+        w = st["windows"]
+        html.append("<h4>" + tr(lang, f"input {st['input_len']}, horizon {st['horizon']}, features {esc(st['features'])} "
+                                      f"({w['train']} training / {w['test']} test windows, policy {esc(w['policy'])})",
+                                f"输入 {st['input_len']}，预测长度 {st['horizon']}，features {esc(st['features'])}"
+                                f"（{w['train']} 个训练窗口 / {w['test']} 个测试窗口，策略 {esc(w['policy'])}）") + "</h4>")
+        orig = [k for k in next(iter(st["models"].values()), {}) if k.startswith("mse_orig")]
+        rows = [[n, m["seeds"], _pm(m, "mse"), _pm(m, "mae"), *(_pm(m, k) for k in orig), int(m["params"]["mean"]),
+                 f"{m['train_s']['mean']:.1f}", f"{m['epochs']['mean']:.1f}" if "epochs" in m else "—"] for n, m in st["models"].items()]
+        head = (["模型", "种子数", "MSE", "MAE", *orig, "参数量", "训练秒数", "epoch 数"] if lang == "zh" else
+                ["model", "seeds", "MSE", "MAE", *orig, "params", "train s", "epochs"])
+        html.append(table(head, rows))
+        if st.get("published"):
+            html.append(table(["论文中的模型", "输入长度", "MSE", "MAE", "出处"] if lang == "zh" else
+                              ["published model", "input length", "MSE", "MAE", "source"],
+                              [[r["model"], r["input_len"], r["mse"], r["mae"] if r["mae"] is not None else "—", r["source"]]
+                               for r in st["published"]]))
+            html.append(f"<p class='note'>{esc(tr(lang, *CONVENTION))}</p>")
+        html.append("<ul>" + "".join(f"<li>{esc(s)}</li>" for s in reading(st, data.get("name", ""), lang)) + "</ul>")
+        for img in (f"forecast_{key}.png", f"attention_lag_{key}.png"):
+            if (run_dir / img).is_file():
+                html.append(png_img(run_dir / img, img))
+    return "\n".join(html)
+
+
+def section(results, out_dir, lang: str = "en", full_results: dict | None = None):
+    run_dir = Path(getattr(results, "run_dir", out_dir))
+    parts = committed_first(full_results, lambda run, d: settings_html(run, d, lang), lang, (
+        "A smaller replication, run now (fewer windows, epochs and seeds, so noisier): read the claims above from the committed runs.",
+        "现在运行的一个较小规模的重复实验（窗口、epoch 和种子更少，因此噪声更大）：结论请以上面已提交的运行为准。"))
+    parts.append(settings_html(results, run_dir, lang))
+    title = tr(lang, "Forecasting: LSTM, LSTM + temporal attention, Transformers and baselines",
+               "预测：LSTM、带时间注意力的 LSTM、Transformer 与基线")
+    return Section(title, "\n".join(parts))
+
+
+def summary_row(results: dict, lang: str = "en", full_results: dict | None = None) -> tuple[str, str]:
+    """The closing summary table's row: each committed run's last setting when there are any, else this run's."""
+    runs = {name: r for name, r in (full_results or {}).items()} or {"": results}
+    measured, verdicts = [], []
+    for name, r in runs.items():
+        setting, s = list(r["settings"].items())[-1]
+        ms = s["models"]
+        best = min(ms, key=lambda n: ms[n]["mse"]["mean"])
+        line = f"{name + ' ' if name else ''}{setting}" + tr(lang, ": ", "：") + tr(lang, f"best {best} {ms[best]['mse']['mean']:.3f}",
+                                                                 f"最好 {best} {ms[best]['mse']['mean']:.3f}")
+        if "lstm" in ms and "lstm_attention" in ms:
+            line += tr(lang, f", LSTM {ms['lstm']['mse']['mean']:.3f} vs +attention {ms['lstm_attention']['mse']['mean']:.3f}",
+                       f"，LSTM {ms['lstm']['mse']['mean']:.3f}，加注意力 {ms['lstm_attention']['mse']['mean']:.3f}")
+            seeds = min(ms["lstm"]["seeds"], ms["lstm_attention"]["seeds"])
+            verdicts.append(_verdict(ms["lstm"]["mse"], ms["lstm_attention"]["mse"], seeds))
+        measured.append(line)
+    helped = verdicts.count("better")
+    judged = len([v for v in verdicts if v != "one seed"])
+    if not judged:
+        meaning = tr(lang, "one seed: no verdict on temporal attention; run ≥ 3 seeds", "只有一个种子：对时间注意力无结论；至少要跑 3 个种子")
+    else:
+        meaning = tr(lang, f"temporal attention helped the LSTM beyond the seed spread in {helped} of {judged} runs; "
+                           "attention must beat the simple baselines to earn its cost",
+                     f"在 {judged} 次运行中，时间注意力有 {helped} 次超出种子离散范围地帮助了 LSTM；注意力必须胜过简单基线才值得它的成本")
+    return tr(lang, "; ".join(measured), "；".join(measured)), meaning

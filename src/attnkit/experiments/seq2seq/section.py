@@ -1,0 +1,357 @@
+"""The ``attnkit report`` section of the seq2seq experiment: a plain-language reading generated from
+the numbers of ``results.json`` (nothing typed by hand), in English or Chinese, the per-bucket table
+(mean ± std over seeds), the parameter table, the figures, and the published numbers for scale.
+
+The reading answers the experiment's two questions:
+
+1. **Does the fixed-vector model fall off with length while attention stays flat?** It compares
+   each model's primary metric (exact match for dates, BLEU for text) on the shortest and the
+   longest non-empty bucket, and calls the bottleneck "shown" only when the no-attention model's
+   drop exceeds the largest attention model's drop by more than both seed spreads combined
+   (and at least 5 points) — otherwise it says the effect did not show in this run.
+2. **Does the Transformer beat the recurrent models at the same budget?** Overall primary metric
+   of the Transformer against the best RNN, with the gap compared to the seed spread.
+
+With committed runs (``results/seq2seq/dates-full``, ``results/seq2seq/bible-full``, handed in as
+``full_results`` by the report, see :mod:`attnkit.experiments.lab.committed`) each committed run is read
+first — 3 seeds at the ``--full`` size say more than the report's own quick run — and the quick
+run follows as a smaller replication. :data:`PAPERS` is the only hand-typed data: what Bahdanau et
+al. and Luong et al. report, each with its table.
+
+Shape legend: none (text and tables).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ...page.html import esc, png_img, table
+from ...page.i18n import tr as _tr
+from ..lab.committed import committed_first
+from ..lab.results import Section
+from .plots import LABELS, METRIC_LABELS, finite
+
+ATTENTION_MODELS = ("bahdanau", "luong")
+WEAK_BLEU = 5.0  # below this no model translates: the run cannot support a claim
+LABELS_ZH = {"rnn": "RNN（无注意力）", "bahdanau": "RNN + Bahdanau", "luong": "RNN + Luong", "transformer": "Transformer"}
+METRIC_ZH = {"exact_match": "完全匹配率", "char_accuracy": "字符准确率", "bleu": "BLEU", "chrf": "chrF"}
+UNIT_ZH = {"characters": "个字符", "words": "个词", "tokens": "个 token"}
+
+#: BLEU on large WMT'14 test sets, as the papers tabulate them — for scale, not comparable to our small runs.
+PAPERS = [
+    {"paper": "Bahdanau et al. 2015, arXiv:1409.0473, Table 1 (WMT'14 En→Fr, all test sentences)",
+     "without": ("RNNencdec-50", 17.82), "with": ("RNNsearch-50 (additive attention)", 26.75)},
+    {"paper": "Bahdanau et al. 2015, Table 1, the \"-30\" models (trained on sentences of up to 30 words, tested on all)",
+     "without": ("RNNencdec-30", 13.93), "with": ("RNNsearch-30 (additive attention)", 21.50)},
+    {"paper": "Luong et al. 2015, arXiv:1508.04025, Table 1 (WMT'14 En→De newstest2014; abstract: +5.0 BLEU)",
+     "without": ("reverse + dropout, no attention", 14.0), "with": ("local attention (general) + input feeding", 19.0)},
+]
+
+
+def _label(name: str, lang: str) -> str:
+    return (LABELS_ZH if lang == "zh" else LABELS).get(name, name)
+
+
+def _fmt(d: dict, digits: int = 1) -> str:
+    if not finite(d["mean"]):
+        return "–"
+    return f"{d['mean']:.{digits}f} ± {d['std']:.{digits}f}" if len(d.get("runs", [])) > 1 else f"{d['mean']:.{digits}f}"
+
+
+def _ends(res: dict, metric: str) -> tuple[dict, dict, dict, dict] | None:
+    """(first bucket, its metric, last bucket, its metric) over the non-empty buckets."""
+    full = [b for b in res["buckets"] if b["count"] > 0 and finite(b["metrics"][metric]["mean"])]
+    if len(full) < 2:
+        return None
+    return full[0], full[0]["metrics"][metric], full[-1], full[-1]["metrics"][metric]
+
+
+def _range(b: dict, unit: str, lang: str = "en") -> str:
+    lo, hi = b["range"]
+    if lang == "zh":
+        u = UNIT_ZH.get(unit, unit)
+        return f"{lo}–{hi} {u}" if hi < 1000 else f"超过 {lo - 1} {u}"
+    return f"{lo}–{hi} {unit}" if hi < 1000 else f"over {lo - 1} {unit}"
+
+
+def _change(drop: float, lang: str = "en") -> str:
+    if abs(drop) < 0.05:
+        return _tr(lang, "no change", "没有变化")
+    if drop > 0:
+        return _tr(lang, f"a fall of {drop:.1f} points", f"下降 {drop:.1f} 个点")
+    return _tr(lang, f"a rise of {-drop:.1f} points", f"上升 {-drop:.1f} 个点")
+
+
+COLLAPSED = 0.9  # mean largest alignment weight at or above which an attention model is called collapsed
+
+
+def reading(results: dict, lang: str = "en") -> list[str]:
+    """Plain-language paragraphs in ``lang`` ("en" or "zh"), every number taken from ``results``."""
+    models, metric = results["models"], results["metric_names"][0]
+    mname, unit = METRIC_LABELS.get(metric, metric).replace(" (%)", ""), results["length_unit"]
+    if lang == "zh":
+        mname = METRIC_ZH.get(metric, metric)
+    drops = {}
+    for name, res in models.items():
+        ends = _ends(res, metric)
+        if ends is None:
+            continue
+        b0, m0, b1, m1 = ends
+        drops[name] = (m0["mean"] - m1["mean"], m0["std"] + m1["std"], b0, b1, m0, m1)
+    out = _bottleneck(models, metric, mname, unit, drops, lang) if "rnn" in drops else []
+    out += _transformer_verdict(models, metric, mname, lang)
+    weak = _weak_run(models, metric, lang)
+    return [weak, *out] if weak else out
+
+
+def _bottleneck(models: dict, metric: str, mname: str, unit: str, drops: dict, lang: str) -> list[str]:
+    """The fixed-vector model's fall with source length, against the attention models' (Bahdanau's Fig. 2).
+    ``drops``: per model (fall, seed spread, shortest bucket, longest bucket, its metric there, ...)."""
+    out = []
+    d, spread, b0, b1, m0, m1 = drops["rnn"]
+    fall_en = f"a fall of {d:.1f} points." if d >= 0.05 else "no fall." if d > -0.05 else f"no fall ({-d:.1f} points higher)."
+    fall_zh = f"下降了 {d:.1f} 个点。" if d >= 0.05 else "没有下降。" if d > -0.05 else f"没有下降（反而高 {-d:.1f} 个点）。"
+    out.append(_tr(
+        lang,
+        f"Without attention (one fixed vector for the whole source), {mname} is {m0['mean']:.1f} on the shortest sources "
+        f"({_range(b0, unit)}) and {m1['mean']:.1f} on the longest ({_range(b1, unit)}): " + fall_en,
+        f"没有注意力时（整个源序列被压成一个固定向量），{mname}在最短的源序列（{_range(b0, unit, lang)}）上是 {m0['mean']:.1f}，"
+        f"在最长的（{_range(b1, unit, lang)}）上是 {m1['mean']:.1f}：" + fall_zh))
+    att = [n for n in ATTENTION_MODELS if n in drops]
+    if att:
+        sep = "；" if lang == "zh" else "; "
+        parts = [_tr(lang, f"{LABELS[n]} goes from {drops[n][4]['mean']:.1f} to {drops[n][5]['mean']:.1f} ({_change(drops[n][0])})",
+                     f"{_label(n, lang)} 从 {drops[n][4]['mean']:.1f} 到 {drops[n][5]['mean']:.1f}（{_change(drops[n][0], lang)}）")
+                 for n in att]
+        out.append(_tr(lang, "With attention, " + sep.join(parts) + ".", "有注意力时，" + sep.join(parts) + "。"))
+        keep = {n: 100 * drops[n][5]["mean"] / drops[n][4]["mean"] for n in ("rnn", *att) if drops[n][4]["mean"] > 0}
+        if "rnn" in keep and len(keep) > 1:  # the fall as a share: readable when all scores are low (BLEU on a hard task)
+            rest = sep.join(_tr(lang, f"{LABELS[n]} {keep[n]:.0f} %", f"{_label(n, lang)} {keep[n]:.0f} %") for n in att if n in keep)
+            out.append(_tr(lang, f"Against each model's own score on the shortest sources, the fixed-vector model keeps {keep['rnn']:.0f} % "
+                                 f"of it on the longest; {rest}.",
+                           f"以各模型在最短源序列上的得分为基准，固定向量模型在最长的源序列上保留了 {keep['rnn']:.0f} %；{rest}。"))
+        overall = sep.join(f"{_label(n, lang)} {models[n]['overall'][metric]['mean']:.1f}" for n in att)
+        rnn_all = models["rnn"]["overall"][metric]["mean"]
+        out.append(_tr(lang, f"Over the whole test set the fixed-vector model scores {rnn_all:.1f}; {overall}.",
+                       f"在整个测试集上，固定向量模型得分 {rnn_all:.1f}；{overall}。"))
+        # a saturated attention (one-hot rows) explains a weak translation model; in an exact-match task (dates,
+        # copy, transliteration) one source token per output is the right alignment, so there it says nothing
+        for n in att if metric == "bleu" else ():
+            focus = models[n].get("attention_focus")
+            if focus and focus["max_weight"]["mean"] >= COLLAPSED:
+                mw, ne = focus["max_weight"]["mean"], focus["normalized_entropy"]["mean"]
+                out.append(_tr(
+                    lang,
+                    f"{LABELS[n]}'s attention is nearly one-hot: on average {mw:.2f} of each row's weight sits on a single source "
+                    f"token (normalised entropy {ne:.2f}, where 1 is uniform). A softmax that saturated passes almost no gradient "
+                    f"back to its score, so this alignment has largely stopped learning where to look.",
+                    f"{_label(n, lang)} 的注意力几乎是独热的：平均每行 {mw:.2f} 的权重落在同一个源词元上（归一化熵 {ne:.2f}，1 为均匀），"
+                    f"饱和的 softmax 几乎不把梯度传回打分，所以这个对齐基本上已经学不动该看哪里了。"))
+        worst = max(att, key=lambda n: drops[n][0])
+        margin = drops["rnn"][0] - drops[worst][0]
+        noise = drops["rnn"][1] + drops[worst][1]
+        seeds = len(models["rnn"]["overall"][metric].get("runs", [])) or 1
+        if margin > max(5.0, noise):
+            spread = _tr(lang, f"beyond the seed spread ({noise:.1f} points)" if seeds > 1 else
+                         "from one seed only (no spread to compare with; run --seeds 3)",
+                         f"超出了种子间的离散程度（{noise:.1f} 个点）" if seeds > 1 else "但只有一个种子（没有离散程度可比；请用 --seeds 3）")
+            out.append(_tr(
+                lang,
+                f"The bottleneck shows: the fixed-vector model loses {margin:.1f} points more with length than the attention "
+                f"model that loses most ({LABELS[worst]}), {spread} — the shape of Bahdanau et al.'s Fig. 2.",
+                f"瓶颈出现了：随着长度增加，固定向量模型比下降最多的注意力模型（{_label(worst, lang)}）多损失 {margin:.1f} 个点，"
+                f"{spread}——正是 Bahdanau 等人图 2 的形状。"))
+        else:
+            out.append(_tr(
+                lang,
+                f"In this run the bottleneck does not show clearly: the fixed-vector model's fall minus the attention models' is "
+                f"{margin:+.1f} points, within the seed spread or under 5 points.",
+                f"在这次运行中瓶颈没有明显出现：固定向量模型的下降减去注意力模型的下降为 {margin:+.1f} 个点，在种子离散范围之内或不到 5 个点。"))
+            out.append(_why_no_bottleneck(models, metric, mname, att, lang))
+    return out
+
+
+def _why_no_bottleneck(models: dict, metric: str, mname: str, att: list[str], lang: str) -> str:
+    """Why this run cannot show the bottleneck: the task fits one vector, no model translates, or too little training."""
+    floor = min(b["metrics"][metric]["mean"] for b in models["rnn"]["buckets"] if b["count"] > 0)
+    rest_rnn = [b["metrics"][metric]["mean"] for b in models["rnn"]["buckets"][1:] if b["count"] > 0] or [floor]
+    gain = max(models[n]["overall"][metric]["mean"] for n in att) - models["rnn"]["overall"][metric]["mean"]
+    if metric in ("exact_match", "char_accuracy") and floor >= 95.0:
+        return _tr(
+            lang,
+            f"The fixed-vector model scores {floor:.1f} or more on every length bucket: trained this long, one vector holds "
+            f"what this task needs (a date is a handful of fields), so at these lengths there is little left for attention "
+            f"to rescue. Attention's gain here is {gain:+.1f} points overall, "
+            f"not a curve that stays flat while the other falls.",
+            f"固定向量模型在每个长度区间上都达到 {floor:.1f} 或更高：训练到这个程度，一个向量就装得下这个任务所需的信息"
+            f"（一个日期只有几个字段），所以在这些长度上注意力几乎没有可以挽救的东西。这里注意力带来的只是总体上 "
+            f"{gain:+.1f} 个点，而不是一条保持平坦、另一条下降的曲线。")
+    elif metric == "bleu" and max(rest_rnn) < 10.0:
+        # a model that barely translates sits near the score of generic output at every length: no room to fall
+        lo, hi = min(rest_rnn), max(rest_rnn)
+        return _tr(
+            lang,
+            f"Beyond its shortest sources the fixed-vector model scores between {lo:.1f} and {hi:.1f} {mname} at every "
+            f"length: it translates too little for its score to have room to fall. The bottleneck needs a fixed-vector "
+            f"model that translates short sources well (Bahdanau et al.'s RNNencdec-50, with 1,000 hidden units, scored "
+            f"17.8 BLEU overall); a larger model than this budget allows is needed to tell.",
+            f"除了最短的源序列，固定向量模型在每个长度上的{mname}都在 {lo:.1f} 到 {hi:.1f} 之间：它几乎没有学会翻译，"
+            f"得分没有下降的余地。瓶颈要在一个能把短句译好的固定向量模型上才看得出来（Bahdanau 等人的 RNNencdec-50 有 1,000 个"
+            f"隐藏单元，总体 17.8 BLEU）；需要比这个参数预算更大的模型才能判断。")
+    else:
+        return _tr(lang, "Longer training or longer sources are needed to tell.", "需要更长的训练或更长的源序列才能判断。")
+
+
+def _transformer_verdict(models: dict, metric: str, mname: str, lang: str) -> list[str]:
+    """The Transformer against the best recurrent model, and whether it was still learning."""
+    out = []
+    tr = models.get("transformer")
+    rnns = {n: models[n] for n in ("rnn", *ATTENTION_MODELS) if n in models}
+    if tr and rnns:
+        best = max(rnns, key=lambda n: rnns[n]["overall"][metric]["mean"])
+        t, r = tr["overall"][metric], rnns[best]["overall"][metric]
+        gap = t["mean"] - r["mean"]
+        bar = max(1.0, t["std"] + r["std"])  # a point, or the seed spread if larger
+        k = 0 if gap > bar else 1 if -gap > bar else 2
+        verdict = ("ahead of", "behind", "level with (within a point or the seed spread)")[k]
+        verdict_zh = ("领先", "落后", "持平（差距在 1 个点或种子离散范围之内）")[k]
+        out.append(_tr(
+            lang,
+            f"Overall, the Transformer scores {t['mean']:.1f} {mname} and the best recurrent model ({LABELS[best]}) {r['mean']:.1f}: "
+            f"the Transformer is {verdict} it by {abs(gap):.1f} points at {tr['params']:,} versus {rnns[best]['params']:,} parameters.",
+            f"总体上，Transformer 的{mname}为 {t['mean']:.1f}，最好的循环模型（{_label(best, lang)}）为 {r['mean']:.1f}："
+            f"在 {tr['params']:,} 对 {rnns[best]['params']:,} 个参数下，Transformer {verdict_zh}，差 {abs(gap):.1f} 个点。"))
+        hist = [h for h in tr.get("history", []) if h and all("val_loss" in e for e in h)]
+        if k != 0 and hist and all(h[-1]["val_loss"] <= min(e["val_loss"] for e in h) for h in hist):
+            out.append(_tr(
+                lang,
+                f"The Transformer's validation loss was still falling at its last epoch in every seed ({len(hist)} of {len(hist)}): "
+                "it is under-trained at this number of epochs, so this gap is not a verdict on the architecture.",
+                f"Transformer 的验证损失在每个种子（{len(hist)} 个中的 {len(hist)} 个）的最后一个 epoch 仍在下降：在这个 epoch 数下它还没有"
+                "训练充分，所以这个差距不是对架构的结论。"))
+    return out
+
+
+def _weak_run(models: dict, metric: str, lang: str) -> str | None:
+    """A warning first when no model learned to translate (BLEU under WEAK_BLEU), else None."""
+    top = max((m["overall"][metric]["mean"] for m in models.values() if finite(m["overall"][metric]["mean"])), default=None)
+    if metric == "bleu" and top is not None and top < WEAK_BLEU:
+        return _tr(
+            lang,
+            f"Read this run with care: the best model reaches only {top:.1f} BLEU (under {WEAK_BLEU:.0f}), so none of the models has "
+            "learned to translate yet — this run is too short to say anything about the bottleneck or about the Transformer; "
+            "the differences below are between models that all fail.",
+            f"请谨慎解读这次运行：最好的模型也只有 {top:.1f} BLEU（低于 {WEAK_BLEU:.0f}），也就是说还没有任何模型学会翻译——这次运行太短，"
+            "既不能说明瓶颈，也不能说明 Transformer 的优劣；下面的差异只是几个都失败了的模型之间的差异。")
+    return None
+
+
+def published_html(lang: str = "en") -> str:
+    """What the papers report, without and with attention, for scale (large WMT data, not our task)."""
+    rows = []
+    for p in PAPERS:
+        (n0, b0), (n1, b1) = p["without"], p["with"]
+        rows.append([n0, f"{b0:.2f}", n1, f"{b1:.2f}", f"{b1 - b0:+.2f}", p["paper"]])
+    head = (["无注意力", "BLEU", "有注意力", "BLEU", "提升", "出处"] if lang == "zh" else
+            ["without attention", "BLEU", "with attention", "BLEU", "gain", "source"])
+    return "<p>" + _tr(lang, "Published, for scale (not our numbers): the same comparison on WMT'14 news translation with "
+                             "millions of sentence pairs and models 100× larger.",
+                       "论文数据，仅作参照（不是我们的数字）：同样的比较，在 WMT'14 新闻翻译上，数百万个句对，模型大 100 倍。") + "</p>" + table(head, rows)
+
+
+def stalled_warning(results: dict, lang: str = "en") -> str | None:
+    """The warning box's text when the progress guard flagged models (see lab/progress.py), else None."""
+    prog = results.get("progress") or {}
+    stalled = [n for n in prog.get("stalled", []) if n in results["models"]]
+    if not stalled:
+        return None
+    parts = []
+    for n in stalled:
+        bad = next(r for r in prog["models"][n] if not r["ok"])
+        best = "–" if bad["best"] is None else f"{bad['best']:.2f}"
+        parts.append(_tr(lang, f"{LABELS.get(n, n)} (best validation loss {best} nats/token against {bad['baseline']:.2f} for "
+                               f"predicting token frequencies alone)",
+                         f"{_label(n, lang)}（最佳验证损失 {best} nats/词元，而只按词元频率预测的损失是 {bad['baseline']:.2f}）"))
+    every = len(stalled) == len(results["models"])
+    frac = prog.get("stall_fraction", 0.8)
+    return _tr(
+        lang,
+        f"Training made no meaningful progress for {'; '.join(parts)}: a best validation loss above {frac} × the loss of "
+        "predicting each target token from its frequency means the model has not learned to use the source. "
+        + ("No model learned, so this run gets no reading: its tables and figures below show models that failed, not a result. "
+           if every else "Those models' scores below are not a result. ")
+        + "Train longer, lower the learning rate, or check the data and its tokenization.",
+        f"以下模型的训练没有取得有意义的进展：{'；'.join(parts)}。最佳验证损失高于只按频率预测每个目标词元的损失的 {frac} 倍，"
+        "说明模型还没有学会利用源序列。"
+        + ("没有任何模型学会，所以这次运行不给出解读：下面的表格和图只显示失败的模型，不是结果。" if every else "这些模型下面的得分不能当作结果。")
+        + "请训练更久、降低学习率，或检查数据及其分词方式。")
+
+
+def _run_html(results, run_dir: Path, lang: str) -> str:
+    """Reading, per-bucket tables, size/time table, example outputs and the figures of one run
+    (a warning box first when the progress guard flagged models, and no reading when none learned)."""
+    metrics, unit = results["metric_names"], results["length_unit"]
+    warn = stalled_warning(results, lang)
+    html = [f"<div class='notice'>{esc(warn)}</div>"] if warn else []
+    if not (warn and len(results["progress"]["stalled"]) == len(results["models"])):  # a reading of failed models misleads
+        html += [f"<p>{esc(p)}</p>" for p in reading(results, lang)]
+    first = next(iter(results["models"].values()))
+    name_col, all_col = _tr(lang, "model", "模型"), _tr(lang, "all", "全部")
+    header = [name_col, _tr(lang, "params", "参数量")] + [_range(b, unit, lang) + f" (n={b['count']})" for b in first["buckets"]] + [all_col]
+    for m in metrics:
+        rows = [[_label(n, lang), f"{r['params']:,}"] + [_fmt(b["metrics"][m]) for b in r["buckets"]] + [_fmt(r["overall"][m])]
+                for n, r in results["models"].items()]
+        title = _tr(lang, f"<b>{esc(METRIC_LABELS.get(m, m))}</b> by source length (mean ± std over seeds)",
+                    f"按源序列长度的<b>{esc(METRIC_ZH.get(m, m))}</b>（多个种子的均值 ± 标准差）")
+        html.append(f"<p>{title}</p>" + table(header, rows))
+    rows = [[_label(n, lang), r["width"], f"{r['params']:,}", f"{100 * (r['params'] / results['budget'] - 1):+.1f} %",
+             _fmt(r["train_time_s"], 0), ", ".join(str(e) for e in r.get("epochs", []))] for n, r in results["models"].items()]
+    html.append(table([name_col] + (["宽度", "参数量", "相对预算", "训练时间（秒）", "各种子的 epoch 数"] if lang == "zh" else
+                                    ["width", "parameters", "vs budget", "training time (s)", "epochs per seed"]), rows))
+    if results.get("examples"):
+        names = list(results["models"])
+        rows = [[e["source"], e["reference"]] + [e.get(n, "") for n in names] for e in results["examples"]]
+        html.append("<p>" + _tr(lang, "Test sentences (greedy outputs of the first seed):", "测试句子（第一个种子的贪心解码输出）：") + "</p>"
+                    + table([_tr(lang, "source", "源"), _tr(lang, "reference", "参考")] + [_label(n, lang) for n in names], rows))
+    html.append(f"<p class='note'>{_tr(lang, 'Data', '数据')}: {esc(results['data'])}</p>")
+    if results.get("sizing"):
+        sz = {**results["sizing"], **(results["sizing"].get("kept_from_config") or {})}  # what was used, --set values included
+        html.append("<p class='note'>" + esc(_tr(
+            lang, f"Sized to the data (--quick): {sz['params']:,} parameters, batch {sz['batch_size']}, {sz['epochs']} epochs at most, "
+                  f"learning rate {sz['lr']:g}, from {sz['pairs']:,} training pairs ({sz['target_tokens']:,} target tokens).",
+            f"按数据确定规模（--quick）：{sz['params']:,} 个参数，批大小 {sz['batch_size']}，最多 {sz['epochs']} 个 epoch，"
+            f"学习率 {sz['lr']:g}；依据是 {sz['pairs']:,} 个训练句对（{sz['target_tokens']:,} 个目标词元）。")) + "</p>")
+    for img in ["metric_vs_length.png", "training_curves.png"] + [f"alignments_{n}.png" for n in results["models"]]:
+        if (run_dir / img).is_file():
+            html.append(png_img(run_dir / img, img))
+    return "\n".join(html)
+
+
+def section(results, out_dir, lang: str = "en", full_results: dict | None = None):
+    """The report section: each committed ``--full`` run first (when any), then this report's own run."""
+    run_dir = Path(getattr(results, "run_dir", out_dir))
+    parts = committed_first(full_results, lambda run, d: _run_html(run, d, lang), lang, (
+        "A smaller replication, run now (fewer pairs and epochs, one seed, so noisier): read the claims above from the committed runs.",
+        "现在运行的一个较小规模的重复实验（句对和 epoch 更少，只有一个种子，因此噪声更大）：结论请以上面已提交的运行为准。"))
+    parts.append(_run_html(results, run_dir, lang))
+    parts.append(published_html(lang))
+    return Section(_tr(lang, "Seq2seq: the fixed-vector bottleneck versus attention", "Seq2seq：固定向量瓶颈与注意力"), "\n".join(parts))
+
+
+def summary_row(results: dict, lang: str = "en", full_results: dict | None = None) -> tuple[str, str] | None:
+    """The closing summary table's row: the committed runs' overall scores when there are any, else this run's."""
+    rows = []
+    for name, r in (full_results or {"": results}).items():
+        metric, models = r["metric_names"][0], r["models"]
+        if "rnn" not in models or "bahdanau" not in models:
+            continue
+        m = {n: _fmt(x["overall"][metric]) for n, x in models.items()}
+        where = f"{name}: " if name else ""
+        tail = (_tr(lang, f", Transformer {m['transformer']}", f"，Transformer {m['transformer']}") if "transformer" in m else "")
+        rows.append(where + _tr(lang, f"{METRIC_LABELS.get(metric, metric).replace(' (%)', ' %')}: no attention {m['rnn']}, Bahdanau {m['bahdanau']}",
+                                f"{METRIC_ZH.get(metric, metric)}：无注意力 {m['rnn']}，Bahdanau {m['bahdanau']}") + tail)
+    if not rows:
+        return None
+    return (_tr(lang, "; ", "；").join(rows), _tr(lang, "attention removes the fixed-vector bottleneck where the fixed vector is too small; "
+                                       "see the per-length tables for where it shows",
+                                 "当固定向量不够用时，注意力消除了这个瓶颈；具体在哪些长度上出现，见按长度的表格"))

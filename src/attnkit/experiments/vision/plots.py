@@ -1,0 +1,223 @@
+"""The vision experiment's reading of the trained models and its figures — every number measured on
+the run's test images.
+
+* :func:`read_attention` — what the attention learned, measured on test images:
+  SE/ECA/CBAM channel gates — η², the share of the gates' variance across images explained by the
+  image's class (0: one gate for every image, 1: the gate identifies the class); CBAM's first-stage
+  spatial gate on the garment versus the background; MHSA2d's mean attention distance against
+  uniform attention's; the ViT's class-token rollout mass on object patches against their share.
+* :func:`verdicts` — per attention model, the accuracy difference to the plain ResNet and whether
+  it exceeds the seed spread ``sqrt(std_a² + std_b²)``: "helped", "hurt" or "no clear difference"
+  ("one seed" when either model ran one seed: there is no spread to judge by).
+* the prose, tables and published numbers of the report section live in :mod:`.section`
+  (re-exported here: :func:`reading_sentences`, :func:`section`, :data:`PUBLISHED`, :data:`PAPERS`).
+
+Shape legend: B images, C channels, K classes, h×w map or patch grid, N = h·w.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from .section import DATA_NAMES, LABELS, PAPERS, PUBLISHED, PUBLISHED_SOURCE, reading_sentences, section  # noqa: F401 (re-exported)
+
+OBJECT_THRESHOLD = 0.1  # raw pixel value above which a Fashion-MNIST pixel belongs to the garment
+
+
+def verdicts(models: dict) -> dict:
+    """Accuracy difference of each model to ``resnet`` and whether it exceeds the seed spread."""
+    if "resnet" not in models:
+        return {}
+    base = models["resnet"]
+    out = {}
+    for name, m in models.items():
+        if name == "resnet":
+            continue
+        delta = m["acc"]["mean"] - base["acc"]["mean"]
+        spread = math.hypot(m["acc"]["std"], base["acc"]["std"])
+        if min(len(m["acc"].get("per_seed", [0, 0])), len(base["acc"].get("per_seed", [0, 0]))) < 2:
+            label = "one seed"  # no spread: a difference cannot be told from seed noise
+        else:
+            label = "helped" if delta > spread else "hurt" if delta < -spread else "no clear difference"
+        out[name] = {
+            "delta_acc": delta, "spread": spread, "label": label,
+            "extra_params": m["params"] - base["params"], "params_ratio": m["params"] / base["params"],
+            "flops_ratio": m["flops"] / base["flops"] if base["flops"] else None,
+            "time_ratio": m["train_time_s"]["mean"] / base["train_time_s"]["mean"] if base["train_time_s"]["mean"] else None,
+        }
+    return out
+
+
+# ------------------------------------------------------------------------------------ reading
+def eta_squared(g: torch.Tensor, y: torch.Tensor) -> float:
+    """Share of the variance of gates ``g`` (B, C) across images explained by the class ``y`` (B,)."""
+    g = g.double()
+    mu = g.mean(0, keepdim=True)
+    total = float(((g - mu) ** 2).sum())
+    between = sum(float((y == k).sum()) * float(((g[y == k].mean(0) - mu[0]) ** 2).sum()) for k in y.unique())
+    return between / total if total > 0 else 0.0
+
+
+@torch.no_grad()
+def read_gates(model, x: torch.Tensor, raw: torch.Tensor, y: torch.Tensor) -> dict:
+    from ...inspect.vision import capture_gates
+
+    with capture_gates(model) as rec:
+        model(x)
+    stages = []
+    for name, g in rec.channel.items():
+        stages.append({"gate": name, "channels": int(g.shape[1]), "mean": float(g.mean()), "eta2_class": eta_squared(g, y),
+                       "channel_spread": float(g.mean(0).std())})
+    out = {"stages": stages, "last": stages[-1] if stages else None}
+    if rec.spatial:
+        name, s = next(iter(rec.spatial.items()))  # the first stage: the image's own resolution with the CIFAR stem
+        mask = F.adaptive_avg_pool2d((raw > OBJECT_THRESHOLD).double(), s.shape[-2:])[:, 0] > 0.5  # (B, h, w)
+        out["spatial"] = {"gate": name, "on_object": float(s[mask].mean()), "on_background": float(s[~mask].mean()),
+                          "object_share": float(mask.double().mean())}
+    return out
+
+
+@torch.no_grad()
+def read_mhsa(model, x: torch.Tensor) -> dict:
+    import attnkit
+
+    with attnkit.inspect.capture(model, record="weights") as rec:  # dense (B, heads, N, N) whatever B·N²
+        model(x)
+    w = rec.attentions[-1].double()  # (B, heads, N, N)
+    n = w.shape[-1]
+    side = math.isqrt(n)
+    if side * side != n:
+        return {}
+    yy, xx = torch.meshgrid(torch.arange(side), torch.arange(side), indexing="ij")
+    pos = torch.stack([yy.flatten(), xx.flatten()], 1).double()
+    dist = torch.cdist(pos, pos)  # (N, N) pixel distances on the map
+    mean_dist = float((w * dist).sum(-1).mean())
+    per_head = [float(v) for v in (w * dist).sum(-1).mean((0, 2))]
+    entropy = -(w * w.clamp_min(1e-300).log()).sum(-1) / math.log(n)  # (B, heads, N): 0 one key, 1 uniform
+    return {"grid": [side, side], "mean_distance": mean_dist, "uniform_distance": float(dist.mean()),
+            "per_head_distance": per_head, "self_mass": float(w.diagonal(dim1=-2, dim2=-1).mean()),
+            "max_weight": float(w.amax(-1).mean()), "entropy": float(entropy.mean())}
+
+
+@torch.no_grad()
+def read_vit(model, x: torch.Tensor, raw: torch.Tensor) -> dict:
+    import attnkit
+
+    with attnkit.inspect.capture(model, record="weights") as rec:
+        model(x)
+    roll = attnkit.inspect.attention_rollout([a.double() for a in rec.attentions])  # (B, T, T)
+    h, w = model.grid
+    cls = roll[:, 0, 1:]  # (B, N): the class token's rollout over the patches
+    obj = (F.adaptive_avg_pool2d((raw > OBJECT_THRESHOLD).double(), (h, w))[:, 0] > 0.5).flatten(1)  # (B, N)
+    return {"grid": [h, w], "cls_mass_on_object": float((cls * obj).sum(1).div(cls.sum(1)).mean()),
+            "object_patch_share": float(obj.double().mean()), "cls_mass_on_patches": float(cls.sum(1).mean())}
+
+
+def read_attention(trained: dict, x: torch.Tensor, raw: torch.Tensor, y: torch.Tensor, classes) -> dict:
+    """Measurements of what each trained model's attention does on test images ``x`` (normalised),
+    ``raw`` the same images in [0, 1]."""
+    out = {}
+    for name in ("se", "eca", "cbam"):
+        if name in trained:
+            out[name] = read_gates(trained[name], x, raw, y)
+    if "mhsa" in trained:
+        out["mhsa"] = read_mhsa(trained["mhsa"], x)
+    if "vit" in trained:
+        out["vit"] = read_vit(trained["vit"], x, raw)
+    return out
+
+
+# ------------------------------------------------------------------------------------ figures
+def _pick_images(y: torch.Tensor, count: int) -> list[int]:
+    """The first test image of each of ``count`` different classes."""
+    seen, idx = set(), []
+    for i, k in enumerate(y.tolist()):
+        if k not in seen:
+            seen.add(k)
+            idx.append(i)
+        if len(idx) == count:
+            break
+    return idx
+
+
+@torch.no_grad()
+def make_figures(ctx, models: dict, trained: dict, x: torch.Tensor, raw: torch.Tensor, y: torch.Tensor, classes) -> list[str]:
+    import attnkit
+    from ...inspect.plots import _figure
+    from ...inspect.vision import capture_gates, draw_heat, plot_channel_gates, plot_pixel_attention, plot_vit_attention
+
+    files = []
+    # accuracy against parameters and against FLOPs, mean ± std over seeds
+    fig = _figure(10.0, 4.0)
+    for i, (key, scale, label) in enumerate([("params", 1e3, "parameters (thousands)"), ("flops", 1e6, "forward MFLOPs per image")]):
+        ax = fig.add_subplot(1, 2, i + 1)
+        for name, m in models.items():
+            ax.errorbar(m[key] / scale, 100 * m["acc"]["mean"], yerr=100 * m["acc"]["std"], fmt="o", capsize=4, label=LABELS.get(name, name))
+            ax.annotate(LABELS.get(name, name), (m[key] / scale, 100 * m["acc"]["mean"]), textcoords="offset points", xytext=(5, 4), fontsize=8)
+        ax.set_xlabel(label)
+        ax.set_ylabel("test accuracy (%), mean ± std over seeds")
+        ax.grid(alpha=0.3)
+    ctx.save_figure(fig, "accuracy_vs_cost.png")
+    files.append("accuracy_vs_cost.png")
+
+    picks = _pick_images(y, 3)
+    for name in ("se", "eca", "cbam"):
+        if name not in trained:
+            continue
+        with capture_gates(trained[name]) as rec:
+            trained[name](x[:500])
+        gate_name, g = list(rec.channel.items())[-1]
+        ys = y[: g.shape[0]]
+        ks = [int(y[i]) for i in picks]
+        per_class = torch.stack([g[ys == k].mean(0) for k in ks])  # (3, C)
+        fig = plot_channel_gates(per_class, labels=[str(classes[k]) for k in ks],
+                                 title=f"{LABELS[name]}: last-stage channel gates, mean over test images of each class")
+        ctx.save_figure(fig, f"gates_{name}.png")
+        files.append(f"gates_{name}.png")
+
+    if "cbam" in trained:
+        idx = _pick_images(y, 4)
+        with capture_gates(trained["cbam"]) as rec:
+            trained["cbam"](x[idx])
+        s = next(iter(rec.spatial.values()))  # (4, h, w)
+        fig = _figure(10.0, 2.9)
+        for j, i in enumerate(idx):
+            ax = fig.add_subplot(1, len(idx), j + 1)
+            draw_heat(ax, s[j], raw[i, 0], vmax=1.0)
+            ax.set_title(f"{classes[int(y[i])]}", fontsize=8)
+        fig.suptitle("CBAM first-stage spatial gate over the image (bright = kept)", fontsize=9)
+        ctx.save_figure(fig, "cbam_spatial.png")
+        files.append("cbam_spatial.png")
+
+    if "mhsa" in trained:
+        i = picks[0]
+        with attnkit.inspect.capture(trained["mhsa"]) as rec:
+            trained["mhsa"](x[i : i + 1])
+        w = rec.attentions[-1][0]  # (heads, N, N)
+        side = math.isqrt(w.shape[-1])
+        if side * side == w.shape[-1]:
+            fig = plot_pixel_attention(w, (side, side), (side // 2, side // 2), raw[i, 0],
+                                       title=f"MHSA2d after the last stage: where the centre pixel of the {side}x{side} map looks ({classes[int(y[i])]})")
+            ctx.save_figure(fig, "mhsa_query.png")
+            files.append("mhsa_query.png")
+            if ctx.is_main:  # the interactive viewer: click a pixel of the map to make it the query
+                attnkit.inspect.save_html(ctx.path("viewer_mhsa.html"), [w], patch_grid=(side, side), image=raw[i, 0],
+                                          title=f"MHSA2d, last stage ({classes[int(y[i])]})")
+                files.append("viewer_mhsa.html")
+
+    if "vit" in trained:
+        i = picks[0]
+        with attnkit.inspect.capture(trained["vit"]) as rec:
+            trained["vit"](x[i : i + 1])
+        fig = plot_vit_attention(rec.attentions, trained["vit"].grid, raw[i, 0],
+                                 title=f"ViT: class-token attention per head and rollout ({classes[int(y[i])]})")
+        ctx.save_figure(fig, "vit_attention.png")
+        files.append("vit_attention.png")
+        if ctx.is_main:
+            attnkit.inspect.save_html(ctx.path("viewer_vit.html"), [a[0] for a in rec.attentions], patch_grid=trained["vit"].grid,
+                                      num_prefix_tokens=1, image=raw[i, 0], title=f"ViT ({classes[int(y[i])]})")
+            files.append("viewer_vit.html")
+    return files

@@ -1,0 +1,75 @@
+"""The pieces of the report's story: a :class:`StorySection` and the :class:`SectionContext` it runs in.
+
+A section is split in two so that one run serves both languages and the cache:
+
+* ``compute(ctx) -> dict`` measures (trains, times, draws figures under ``ctx.dir(id)``) and
+  returns JSON-able numbers; this is what the cache keeps;
+* ``render(data, ctx, lang) -> html`` turns those numbers into prose, tables and figures, in
+  English or Chinese, without measuring anything.
+
+Every section also states the question it answers and how to read its figure (in both languages),
+and may give one row of the closing summary table (``summary(data, ctx, lang) -> (measured, meaning)``).
+``modules`` names the code whose source is part of the cache key; ``inputs(ctx)`` the rest of what
+changes the numbers; ``est_s`` the seconds ``compute`` takes per report size (for the ETA).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+Pair = tuple[str, str]  # (English, Chinese)
+
+SIZES = ("quick", "tiny")  # quick: the default report; tiny: seconds, for tests
+
+
+@dataclass
+class SectionContext:
+    """What a section's ``compute`` and ``render`` see.
+
+    out: the report folder; size: ``"quick"`` or ``"tiny"``; runs: where experiment results are
+    read (``runs/``); bench_results: the folder of committed benchmark JSON (None: left out);
+    committed_results: the folder of committed experiment runs (``results/``; None: left out);
+    overrides: experiment name → config overrides for runs the report starts; run_missing: run
+    every experiment that has no results (else only those cheap enough, see the experiment
+    sections); data: the numbers of sections already computed in this run, by id.
+    """
+
+    out: Path
+    size: str = "quick"
+    runs: Path = Path("runs")
+    bench_results: Path | None = None
+    committed_results: Path | None = None  # results/<experiment>/<run>/results.json of long runs (None: left out)
+    overrides: dict = field(default_factory=dict)
+    run_missing: bool = True
+    data: dict = field(default_factory=dict)
+
+    def dir(self, section_id: str) -> Path:
+        d = Path(self.out) / "sections" / section_id
+        d.mkdir(parents=True, exist_ok=True)
+        return d
+
+    def rel(self, path: str | Path) -> str:
+        """``path`` relative to the report folder (how the cache records the files it checks)."""
+        return Path(path).resolve().relative_to(Path(self.out).resolve()).as_posix()
+
+
+@dataclass
+class StorySection:
+    id: str
+    title: Pair
+    question: Pair
+    how_to_read: Pair
+    compute: Callable[[SectionContext], dict]
+    render: Callable[[dict, SectionContext, str], str]
+    modules: tuple[str, ...] = ()
+    inputs: Callable[[SectionContext], dict] = lambda ctx: {}
+    est_s: dict = field(default_factory=lambda: {"quick": 5.0, "tiny": 1.0})
+    summary: Callable[[dict, "SectionContext", str], tuple[str, str] | None] | None = None
+    cache: bool = True
+    order: float = 1000  # its place on the page (lower = earlier) when a contents list is sorted
+
+    def heading(self, lang: str) -> str:
+        return self.title[1] if lang == "zh" else self.title[0]
+

@@ -1,0 +1,87 @@
+"""Report section: the misconception "attention began with the Transformer", answered with this
+report's own seq2seq run — the same RNN encoder-decoder with and without (Bahdanau 2014) attention,
+next to a Transformer of the same parameter budget. The other misconceptions are experiments of
+their own (``attnkit.experiments.misconceptions``), each a section of its own.
+"""
+
+from __future__ import annotations
+
+from ...page.html import table
+from ...page.i18n import tr
+from ...page.story import SectionContext, StorySection
+from ..experiment_section import load_results
+
+LABELS = {"rnn": ("RNN, no attention (Sutskever et al. 2014)", "RNN，无注意力（Sutskever 等，2014）"),
+          "bahdanau": ("RNN + additive attention (Bahdanau et al. 2014)", "RNN + 加性注意力（Bahdanau 等，2014）"),
+          "luong": ("RNN + multiplicative attention (Luong et al. 2015)", "RNN + 乘性注意力（Luong 等，2015）"),
+          "transformer": ("Transformer (Vaswani et al. 2017)", "Transformer（Vaswani 等，2017）")}
+
+
+def _mean(x):
+    return x["mean"] if isinstance(x, dict) else x
+
+
+def older_compute(ctx: SectionContext) -> dict:
+    doc = load_results(ctx.data.get("seq2seq"), ctx)
+    if doc is None:
+        return {"missing": True}
+    res = doc["results"]
+    metric = res["metric_names"][0]
+    rows = []
+    for name, r in res["models"].items():
+        buckets = r["buckets"]
+        rows.append({"model": name, "params": r["params"], "overall": _mean(r["overall"][metric]),
+                     "shortest": _mean(buckets[0]["metrics"][metric]), "longest": _mean(buckets[-1]["metrics"][metric])})
+    return {"metric": metric, "rows": rows, "preset": doc.get("preset")}
+
+
+def older_render(data: dict, ctx: SectionContext, lang: str) -> str:
+    if data.get("missing"):
+        return "<p class='note'>" + tr(lang, "No seq2seq results in this report: run <code>attnkit experiment seq2seq</code>.",
+                                       "本报告没有 seq2seq 结果：请运行 <code>attnkit experiment seq2seq</code>。") + "</p>"
+    by = {r["model"]: r for r in data["rows"]}
+    m = data["metric"]
+    html = ""
+    if "rnn" in by and "bahdanau" in by:
+        a, b = by["rnn"], by["bahdanau"]
+        html += "<p>" + tr(
+            lang,
+            f"In this run ({data['preset']} preset), the recurrent model without attention scored {a['overall']:.1f} ({m}) overall and "
+            f"{a['longest']:.1f} on the longest sources; the same recurrent model with Bahdanau's attention — published in 2014, three "
+            f"years before the Transformer — scored {b['overall']:.1f} and {b['longest']:.1f}. Attention was invented to fix the RNN "
+            "encoder-decoder's fixed-vector bottleneck; the Transformer later kept attention and dropped the recurrence.",
+            f"在本次运行（{data['preset']} 配置）中，没有注意力的循环模型总体得分 {a['overall']:.1f}（{m}），在最长的源序列上为 {a['longest']:.1f}；"
+            f"同一个循环模型加上 Bahdanau 注意力（发表于 2014 年，比 Transformer 早三年）得分 {b['overall']:.1f} 和 {b['longest']:.1f}。"
+            "注意力最初是为了解决 RNN 编码器-解码器的固定向量瓶颈而发明的；Transformer 后来保留了注意力，去掉了循环。",
+        ) + "</p>"
+    html += table([tr(lang, "model (year)", "模型（年份）"), tr(lang, "parameters", "参数量"), tr(lang, f"{m}, all", f"{m}，全部"),
+                   tr(lang, f"{m}, shortest sources", f"{m}，最短源序列"), tr(lang, f"{m}, longest sources", f"{m}，最长源序列")],
+                  [[LABELS.get(r["model"], (r["model"],) * 2)[lang == "zh"], f"{r['params']:,}", f"{r['overall']:.1f}", f"{r['shortest']:.1f}",
+                    f"{r['longest']:.1f}"] for r in data["rows"]])
+    return html
+
+
+def older_summary(data: dict, ctx: SectionContext, lang: str):
+    if data.get("missing"):
+        return None
+    by = {r["model"]: r for r in data["rows"]}
+    if "rnn" not in by or "bahdanau" not in by:
+        return None
+    return (tr(lang, f"longest sources: RNN {by['rnn']['longest']:.1f} vs RNN+attention (2014) {by['bahdanau']['longest']:.1f}",
+               f"最长源序列：RNN {by['rnn']['longest']:.1f}，RNN+注意力（2014）{by['bahdanau']['longest']:.1f}"),
+            tr(lang, "attention predates the Transformer", "注意力早于 Transformer"))
+
+
+ORDER = 100  # its place in the report: after forecasting (90), before the other misconceptions (110-140); reads the seq2seq section (20)
+
+
+def section() -> StorySection:
+    """This part of the report, with the question it answers and how to read its figure."""
+    return StorySection(
+        "misconception_older", ("Misconception: attention began with the Transformer", "误解：注意力始于 Transformer"),
+        ("Was attention invented by the Transformer (2017)?", "注意力是 Transformer（2017）发明的吗？"),
+        ("Rows compare the same RNN encoder-decoder without and with attention (Bahdanau et al., 2014) on this report's "
+         "seq2seq run, next to a Transformer of the same size.",
+         "表格在本报告的 seq2seq 运行上比较同一个 RNN 编码器-解码器有无注意力（Bahdanau 等，2014），以及同等规模的 Transformer。"),
+        older_compute, older_render, (__name__,), inputs=lambda ctx: {"seq2seq": ctx.data.get("seq2seq")},
+        est_s={"quick": 0.1, "tiny": 0.1}, summary=older_summary, order=ORDER)
