@@ -194,3 +194,28 @@ def test_a_warmup_scheduler_steps_per_optimizer_step_and_resumes(tmp_path):
         assert torch.equal(a, b)
     with pytest.raises(ValueError, match="scheduler_every must be 'epoch' or 'step'"):
         _fit(_ctx(tmp_path / "bad"), scheduler_every="batch")
+
+
+def test_resuming_with_the_epochs_already_trained_hands_back_the_best_weights(tmp_path):
+    """A run stopped after 3 of 6 epochs and resumed with ``epochs=3`` trains nothing more; the model
+    must still be the monitored best epoch's, not the last epoch's."""
+    script = iter([3.0, 1.0, 2.0])
+    seen = {}
+
+    def eval_fn(model):
+        value = next(script)
+        seen[value] = [p.detach().clone() for p in model.parameters()]
+        return {"val": value}
+
+    def stop_after_3(model, calls=[]):
+        calls.append(1)
+        if len(calls) == 4:
+            raise KeyboardInterrupt  # during epoch 4, after epoch 3's checkpoint
+        return eval_fn(model)
+
+    with pytest.raises(KeyboardInterrupt):
+        _fit(_ctx(tmp_path), epochs=6, eval_fn=stop_after_3, monitor="val")
+    res, model = _fit(_ctx(tmp_path, resume=True), epochs=3, eval_fn=eval_fn, monitor="val")
+    assert res.best_epoch == 2 and res.resumed_from == 3
+    for p, q in zip(model.parameters(), seen[1.0]):
+        assert torch.equal(p, q)  # epoch 2's weights, not epoch 3's

@@ -226,6 +226,10 @@ def fit(
                 break
     finally:
         bar.close()
+    if start >= epochs and st.best_state is not None:
+        # resumed with no epoch left to train (epochs lowered to what the checkpoint holds): the loop
+        # never reached its last epoch, so hand back the best weights here
+        model.load_state_dict(st.best_state)
     ddp.barrier()
     return FitResult(st.history, st.best_epoch, len(st.history), st.spent, st.best_value, stopped, start, False)
 
