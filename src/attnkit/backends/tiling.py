@@ -44,7 +44,7 @@ def banded_width(mask: Mask | None) -> int | None:
 
 
 def default_tiles(mask: Mask | None, L: int, S: int, dtype: torch.dtype, device: torch.device) -> tuple[int, int]:
-    """Tile sizes measured best on the 2-core CPU (../shared/PERF-NOTES.md): 256 × 512 for dense and
+    """Tile sizes measured best on a 2-core CPU: 256 × 512 for dense and
     causal work (fewer Python iterations, GEMMs still in cache), 128 × 128 for narrow bands
     (less work wasted on the partly masked tiles along the band). Other devices get the dense choice."""
     w = banded_width(mask)

@@ -4,7 +4,7 @@
 ``{"time_s": .., "bytes": ..}`` (the backend's own ``estimate``, next to its ``run``) and
 :func:`rank` picks the fastest whose bytes fit the memory budget. Every estimate is a
 roofline-style sum of a few terms, each a count times a rate measured on this 2-core CPU
-(``../shared/PERF-NOTES.md`` and ``benchmarks/results/attention*.json``):
+(``benchmarks/results/attention*.json``):
 
 * GEMM work: ``2·B·H·(E + Ev)`` flops per attended (query, key) pair the backend computes;
 * element-wise passes over computed score elements (softmax, masking, bias and score
@@ -46,7 +46,7 @@ def cpu_has(probe: str) -> bool:
 # SDPA's half-precision speed is the CPU's: with AMX tiles its bf16 kernel runs 2.76x its float32
 # rate, with AVX512-FP16 its fp16 kernel 0.95x (benchmarks/results/bf16_rates.json "half_rates",
 # n = 4096, 1 thread); without them, the rates measured before on a CPU that lacked both are kept
-# (bf16 140 GFLOP/s; fp16 had no native kernel, ~3 GFLOP/s: ../shared/PERF-NOTES.md)
+# (bf16 140 GFLOP/s; fp16 had no native kernel, ~3 GFLOP/s, measured with torch 2.13)
 _SDPA_BF16 = 2.76 * 115e9 if cpu_has("amx") else 140e9
 _SDPA_FP16 = 0.95 * 115e9 if cpu_has("fp16") else 4e9
 

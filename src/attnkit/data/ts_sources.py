@@ -114,13 +114,10 @@ def load_csv(path: str | os.PathLike) -> Series:
 
 
 def default_ett_path() -> Path | None:
-    """ETTh1.csv from $ATTNKIT_ETT_PATH, else ../shared/data/ETTh1.csv beside the repository, else None."""
+    """ETTh1.csv from $ATTNKIT_ETT_PATH, else None: the file is not shipped (CC BY-ND), so its
+    place is always the user's to give (or pass the path itself with ``--data``)."""
     env = os.environ.get(ETT_ENV)
-    if env:
-        return Path(env)
-    repo = Path(__file__).resolve().parents[3]  # src/attnkit/data/ -> repository root
-    candidate = repo.parent / "shared" / "data" / "ETTh1.csv"
-    return candidate if candidate.is_file() else None
+    return Path(env) if env else None
 
 
 def load_series(name: str) -> Series:
@@ -134,7 +131,7 @@ def load_series(name: str) -> Series:
     if name in ("ETTh1", "etth1"):
         p = default_ett_path()
         if p is None:
-            raise _missing("ETTh1.csv", path=f"set {ETT_ENV}=/path/to/ETTh1.csv or put it at ../shared/data/ETTh1.csv")
+            raise _missing("ETTh1.csv", path=f"set {ETT_ENV}=/path/to/ETTh1.csv or pass the file with --data /path/to/ETTh1.csv")
         return load_csv(p)
     if str(name).endswith(".csv") or os.sep in str(name):
         return load_csv(name)
