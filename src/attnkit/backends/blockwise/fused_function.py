@@ -18,10 +18,13 @@ in float32, but multiplies P by V with P rounded to bf16, as SDPA does on CPU; s
 error is SDPA's own (the tile loop's is smaller: it upcasts everything). Gradients that several
 calls contribute to (overlapping windows, segments) are summed in float32.
 
-Gradients: the backward ops, fed the global out and lse. Two cases re-run the call on the tile loop
-under autograd instead, because the backward op has no input for them: a gradient flowing into the
-returned ``lse`` (:math:`dS = P (dP - D + d\mathrm{lse})`), and double backward
-(``create_graph=True``), which the tile loop then serves or refuses with its own error.
+Gradients: in float64, the backward ops fed the global out and lse. Below float64 the call is re-run
+on the tile loop under autograd instead: the kernel's backward rebuilds the weights from a rounded lse
+with a fast exp (and sums half gradients in half), which the differential fuzz measured beyond the
+flash-attention rule; the tile loop's gradients are within it. The same re-run serves the two cases
+the backward op has no input for at any precision: a gradient flowing into the returned ``lse``
+(:math:`dS = P (dP - D + d\mathrm{lse})`), and double backward (``create_graph=True``), which the
+tile loop then serves or refuses with its own error. The re-run repeats the forward once.
 
 Shape legend: B batch, H query heads, Hkv key/value heads, L queries, S keys, E head dim.
 """
@@ -147,7 +150,7 @@ class _FusedFunction(torch.autograd.Function):
 
 
 def _tile_loop_grads(python: Callable, q, k, v, dout, dlse, need):
-    """Gradients by re-running the call on the tile loop under autograd (dlse, double backward)."""
+    """Gradients by re-running the call on the tile loop under autograd (below float64, dlse, double backward)."""
     create_graph = torch.is_grad_enabled()
     with torch.enable_grad():
         out, lse = python(q, k, v)
@@ -164,7 +167,7 @@ def _tile_loop_grads(python: Callable, q, k, v, dout, dlse, need):
 
 def run_fused(call, route: FusedRoute, tile_loop: Callable) -> BackendResult:
     """Run ``call`` on ``route``. ``tile_loop(call, block_q, block_kv, seed)`` is the blockwise tile
-    loop, used for the two gradient cases the backward op cannot serve."""
+    loop, which serves the gradients below float64 and the two cases the backward op cannot serve."""
 
     def python(q, k, v):
         bq, bk = default_tiles(call.mask, call.q.shape[2], call.k.shape[2], call.q.dtype, call.q.device)
