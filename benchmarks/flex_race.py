@@ -22,8 +22,11 @@ Implementations (what is compared in the same run, on the same inputs):
 Ratios are against the named baseline of each case from the same run. The CPU's flags
 (avx512_bf16, amx) are recorded from /proc/cpuinfo.
 
-Run:  PYTHONPATH=src python benchmarks/flex_race.py [--quick] [--reps 5] [--only CASE]
-Saves benchmarks/results/flex_race.json (flex_race_quick.json with --quick).
+Run:  PYTHONPATH=src python benchmarks/flex_race.py [--quick] [--reps 5] [--only CASE] [--rows PATTERNS] [--redo]
+Saves benchmarks/results/flex_race.json (flex_race_quick.json with --quick) after every row; a run
+resumes: rows the file already holds are skipped unless ``--redo`` (with ``--rows`` to pick them).
+Each row records the 1-minute load average when it finished, the allowed pairs per head and the
+time per allowed pair (``ns_per_pair``: the rate per useful FLOP, comparable across masks).
 """
 
 from __future__ import annotations
@@ -60,7 +63,13 @@ CASES = {
                                      ["attnkit_auto", "blockwise_fused", "sdpa_causal", "sdpa_mask"], "sdpa_causal"),
     "causal_4k_fp32_fwdbwd": ("causal", 4096, 4096, "float32", "fwdbwd",
                               ["blockwise_fused", "blockwise_tiles", "sdpa_causal"], "sdpa_causal"),
+    # masks served by the tile-state path; compare ns_per_pair with the window case's
+    "document_16k_fp32_fwd": ("document", 16384, 16384, "float32", "fwd", ["blockwise_fused", "flex"], "flex"),
+    "chunked_16k_fp32_fwd": ("chunked", 16384, 16384, "float32", "fwd", ["blockwise_fused", "flex"], "flex"),
+    "prefix_lm_16k_fp32_fwd": ("prefix_lm", 16384, 16384, "float32", "fwd", ["blockwise_fused", "flex"], "flex"),
 }
+DOCS, CHUNK, PREFIX = 16, 1024, 1024  # document: 16 equal documents; chunked causal chunks; prefix-LM prefix
+SLOW_REPS = {"sdpa_mask": 2, "blockwise_tiles": 2}  # at n >= 16k: dense-mask and Python baselines, medians of fewer calls
 QUICK_N = 512
 WINDOW = 256
 B, H, E = 1, 8, 64
@@ -87,7 +96,7 @@ def _make(kind, L, S, dtype, impl):
     from attnkit import masks as M
     from attnkit.backends.blockwise import fused_gate
 
-    mask = M.sliding_window(WINDOW - 1, 0) if kind == "window" else M.causal()
+    mask = _mask(kind, L, S)
     if impl == "attnkit_auto":
         return (lambda q, k, v: attnkit.attention(q, k, v, mask=mask)), "auto"
     if impl in ("blockwise_fused", "blockwise_tiles"):
@@ -102,9 +111,19 @@ def _make(kind, L, S, dtype, impl):
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
         off = S - L
+        doc = torch.arange(S) * DOCS // S
         if kind == "window":
             def mod(b, h, qi, ki):
                 return (ki <= qi + off) & (ki >= qi + off - (WINDOW - 1))
+        elif kind == "document":
+            def mod(b, h, qi, ki):
+                return doc[qi] == doc[ki]
+        elif kind == "chunked":
+            def mod(b, h, qi, ki):
+                return (ki <= qi + off) & ((qi + off) // CHUNK == ki // CHUNK)
+        elif kind == "prefix_lm":
+            def mod(b, h, qi, ki):
+                return (ki < PREFIX) | (ki <= qi + off)
         else:
             def mod(b, h, qi, ki):
                 return ki <= qi + off
@@ -112,6 +131,28 @@ def _make(kind, L, S, dtype, impl):
         compiled = torch.compile(flex_attention)
         return (lambda q, k, v: compiled(q, k, v, block_mask=bm)), None
     raise ValueError(f"impl must be one of the implementations in CASES, got {impl!r}")
+
+
+def _mask(kind, L, S):
+    import torch
+
+    from attnkit import masks as M
+
+    if kind == "window":
+        return M.sliding_window(WINDOW - 1, 0)
+    if kind == "document":
+        return M.document(torch.arange(S) * DOCS // S)
+    if kind == "chunked":
+        return M.chunked(CHUNK)
+    if kind == "prefix_lm":
+        return M.prefix_lm(PREFIX)
+    return M.causal()
+
+
+def useful_pairs(kind, L, S) -> int:
+    """Allowed (query, key) pairs per head: the useful work, counted on the mask 1024 rows at a time."""
+    mask = _mask(kind, L, S)
+    return sum(int(mask.evaluate((q0, min(q0 + 1024, L)), (0, S), L, S).sum()) for q0 in range(0, L, 1024))
 
 
 def worker(case: str, impl: str, reps: int, quick: bool) -> dict:
@@ -129,6 +170,8 @@ def worker(case: str, impl: str, reps: int, quick: bool) -> dict:
     v = torch.randn(B, H, S, E, generator=g).to(dt).requires_grad_(back)
     dout = torch.randn(B, H, L, E, generator=g).to(dt) if back else None
     fn, label = _make(kind, L, S, dt, impl)
+    if L * S >= 16384 ** 2 and impl in SLOW_REPS:
+        reps = min(reps, SLOW_REPS[impl])
     path = None
 
     def once():
@@ -155,8 +198,11 @@ def worker(case: str, impl: str, reps: int, quick: bool) -> dict:
         out = once()
         peak = status_kib("VmHWM") - before
     out_mib = out.numel() * out.element_size() / 2**20
-    return {"case": case, "impl": impl, "L": L, "S": S, "dtype": dtype, "mode": mode,
-            "median_ms": statistics.median(times) * 1e3, "times_ms": [t * 1e3 for t in times],
+    pairs = useful_pairs(kind, L, S)
+    med = statistics.median(times)
+    return {"case": case, "impl": impl, "L": L, "S": S, "dtype": dtype, "mode": mode, "reps": reps,
+            "median_ms": med * 1e3, "times_ms": [t * 1e3 for t in times], "useful_pairs_per_head": pairs,
+            "ns_per_pair": med * 1e9 / (pairs * B * H),
             "first_call_ms": first * 1e3, "peak_above_inputs_mib": peak / 1024, "output_mib": out_mib,
             "peak_exact": exact, "path": path if label else impl}
 
@@ -166,6 +212,9 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help=f"n = {QUICK_N}: a smoke run of every case")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--only", default=None, help="run only cases whose name contains this")
+    ap.add_argument("--rows", default=None,
+                    help="comma-separated patterns; run only rows whose 'case:impl' contains one (e.g. 'window256_16k,causal_8k:sdpa')")
+    ap.add_argument("--redo", action="store_true", help="re-measure rows the saved JSON already holds (default: resume)")
     ap.add_argument("--worker", nargs=2, metavar=("CASE", "IMPL"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
@@ -175,32 +224,49 @@ def main() -> None:
            "MALLOC_TRIM_THRESHOLD_": "0"}
     src = str(Path(__file__).resolve().parents[1] / "src")
     env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
-    rows = []
+    import torch
+
+    path = RESULTS / ("flex_race_quick.json" if args.quick else "flex_race.json")
+    old = json.loads(path.read_text()) if path.exists() else {}
+    # resume: rows the saved file holds (without an error) are kept unless they are re-run here
+    rows = [r for r in old.get("rows", []) if "error" not in r and r.get("case") in CASES]
+    patterns = [p for p in (args.rows or "").split(",") if p]
+
+    def wanted(case, impl):
+        name = f"{case}:{impl}"
+        return (not args.only or args.only in case) and (not patterns or any(p in name for p in patterns))
+
+    def save():
+        for case, (*_, base) in CASES.items():
+            base_row = next((r for r in rows if r["case"] == case and r["impl"] == base and "median_ms" in r), None)
+            for r in rows:
+                if r["case"] == case and "median_ms" in r:
+                    for key in [k for k in r if k.startswith("speedup_vs_")]:
+                        del r[key]
+                    if base_row:
+                        r["speedup_vs_" + base] = base_row["median_ms"] / r["median_ms"]
+        out = {"what": __doc__.splitlines()[0], "torch": torch.__version__, "threads": 1, "quick": args.quick,
+               "B": B, "H": H, "E": E, "window": WINDOW, "docs": DOCS, "chunk": CHUNK, "prefix": PREFIX,
+               "cpu": cpu_flags(), "reps": args.reps, "slow_reps": SLOW_REPS,
+               "loadavg_at_save": os.getloadavg()[0], "rows": rows}
+        path.write_text(json.dumps(out, indent=1) + "\n")
+
     for case, (_, _, _, _, _, impls, base) in CASES.items():
-        if args.only and args.only not in case:
-            continue
         for impl in impls:
+            done = any(r["case"] == case and r["impl"] == impl for r in rows)
+            if not wanted(case, impl) or (done and not args.redo):
+                continue
             cmd = [sys.executable, __file__, "--worker", case, impl, "--reps", str(args.reps)] + (["--quick"] if args.quick else [])
             p = subprocess.run(cmd, capture_output=True, text=True, env=env)
             if p.returncode != 0:
                 row = {"case": case, "impl": impl, "error": p.stderr.strip().splitlines()[-1:] or ["failed"]}
             else:
                 row = json.loads(p.stdout.strip().splitlines()[-1])
-            rows.append(row)
+            row["loadavg_1min"] = os.getloadavg()[0]
+            rows[:] = [r for r in rows if not (r["case"] == case and r["impl"] == impl)] + [row]
+            save()  # after every row: an interrupted run resumes where it stopped
             print(json.dumps({k: (round(v, 1) if isinstance(v, float) else v) for k, v in row.items() if k != "times_ms"}), flush=True)
-        base_row = next((r for r in rows if r["case"] == case and r["impl"] == base and "median_ms" in r), None)
-        for r in rows:
-            if r["case"] == case and base_row and "median_ms" in r:
-                r["speedup_vs_" + base] = base_row["median_ms"] / r["median_ms"]
-    import torch
-
-    out = {"what": __doc__.splitlines()[0], "torch": torch.__version__, "threads": 1, "quick": args.quick,
-           "B": B, "H": H, "E": E, "window": WINDOW, "cpu": cpu_flags(), "reps": args.reps, "rows": rows}
-    path = RESULTS / ("flex_race_quick.json" if args.quick else "flex_race.json")
-    if args.only and path.exists():  # keep the other cases of an earlier full run
-        old = json.loads(path.read_text())
-        out["rows"] = [r for r in old.get("rows", []) if args.only not in r["case"]] + rows
-    path.write_text(json.dumps(out, indent=1) + "\n")
+    save()
     print("saved", path)
 
 

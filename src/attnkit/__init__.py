@@ -9,6 +9,7 @@
 
 from .core import biases, masks, scores
 from .core.call import AttentionCall, attention
+from .core.varlen import varlen_attention
 from .core.dispatch import get_memory_budget, set_memory_budget
 from .core.options import options
 from .core.output import AttentionOutput, BackendResult, Report
@@ -61,5 +62,6 @@ __all__ = [
     "register",
     "scores",
     "set_memory_budget",
+    "varlen_attention",
 ]
 __version__ = "0.1.0"

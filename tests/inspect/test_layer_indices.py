@@ -79,7 +79,7 @@ def test_plots_label_the_real_layers(tmp_path):
 
     rec = _record([0, 5])
     fig = plot_heads_grid(rec.attentions)
-    ylabels = [ax.get_ylabel() for ax in fig.axes if ax.get_ylabel()]
+    ylabels = [ax.get_ylabel() for ax in fig.axes if ax.get_ylabel().startswith("layer")]  # not the colour bar's
     assert ylabels == ["layer 0", "layer 5"]
     fig = plot_diagnostics(classify_heads(rec.attentions))
     assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["0", "5"]

@@ -74,15 +74,16 @@ def test_plot_heads_grid_png_shapes(tmp_path):
     layers = [weights(2, 4, 6, 6, seed=s) for s in range(3)]  # (B, H, L, S), index picks the sequence
     fig = plot_heads_grid(layers, toks, index=1, path=tmp_path / "grid.png")
     check_png(tmp_path / "grid.png", fig)
-    assert len(fig.axes) == 12
+    assert len(fig.axes) == 12 + 1  # 12 heatmaps and the one colour bar they share
+    assert fig.axes[-1].get_ylabel().startswith("attention weight")
     np.testing.assert_allclose(fig.axes[5].images[0].get_array(), layers[1][1, 1].numpy())
     # One stacked tensor (layers, H, L, S), a subset, and uneven head counts.
     fig = plot_heads_grid(torch.stack([weights(3, 4, 4)] * 2), layers=[1], heads=[0, 2], path=tmp_path / "g2.png")
     check_png(tmp_path / "g2.png", fig)
-    assert len(fig.axes) == 2
+    assert len(fig.axes) == 2 + 1
     fig = plot_heads_grid([weights(2, 5, 5), weights(3, 5, 5)], path=tmp_path / "g3.png")
     check_png(tmp_path / "g3.png", fig)
-    assert sum(ax.axison for ax in fig.axes) == 5  # the missing (layer 0, head 2) cell is blank
+    assert sum(ax.axison for ax in fig.axes) == 5 + 1  # + the colour bar; the missing (layer 0, head 2) cell is blank
 
 
 @pytest.mark.parametrize(

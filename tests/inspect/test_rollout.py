@@ -198,3 +198,30 @@ def test_head_importance_errors():
         head_importance(lambda m: m.flatten()[: int(m.sum())], 1, 2)
     with pytest.raises(TypeError, match="scalar loss"):
         head_importance(lambda m: object(), 1, 1)
+
+
+def test_rollout_with_attention_sinks_drops_the_sink_share():
+    """Weights of a call with sinks (rows summing to sigmoid(lse - sink) < 1): NumPy rollout over an
+    explicit extra sink column whose zero value reaches no token, so its share is dropped."""
+    import attnkit
+
+    B, H, L, r = 1, 2, 5, 0.5
+    g = torch.Generator().manual_seed(4)
+    sinks = torch.tensor([1.5, -0.5], dtype=torch.float64)
+    layers, ext = [], []
+    for _ in range(2):
+        q, k, v = (torch.randn(B, H, L, 4, generator=g, dtype=torch.float64) for _ in range(3))
+        layers.append(attnkit.attention(q, k, v, sinks=sinks, return_weights=True, backend="reference").weights)
+        s = (q @ k.transpose(-1, -2)).numpy() * 0.5  # scale 1/sqrt(4)
+        full = np.concatenate([s, np.broadcast_to(sinks.numpy()[None, :, None, None], (B, H, L, 1))], -1)
+        ext.append(np.exp(full) / np.exp(full).sum(-1, keepdims=True))  # (B, H, L, L + 1), sink last
+    got = attention_rollout(layers, residual_weight=r).numpy()
+    want = np.eye(L)[None]
+    for a in ext:
+        mixed = (1 - r) * a.mean(1) + r * np.concatenate([np.eye(L), np.zeros((L, 1))], -1)[None]
+        to_tokens = mixed[..., :L]  # the sink column carries no token
+        want = (to_tokens / to_tokens.sum(-1, keepdims=True)) @ want
+    assert np.allclose(got, want, atol=1e-12)
+    assert float(layers[0].sum(-1).max()) < 1.0
+    # a layer that gives every row to the sink passes only the residual
+    assert torch.equal(attention_rollout([torch.zeros(B, H, L, L, dtype=torch.float64)]), torch.eye(L, dtype=torch.float64)[None])

@@ -1,5 +1,5 @@
-"""The outline of a report page: per section its id, heading, sub-headings and figures (image alt
-texts, inline SVG and iframe counts). Two pages with the same outline show the same content in the
+"""The outline of a report page: per section its id, heading, sub-headings, the titles of its folded
+parts (``<details>`` summaries) and figures (image alt texts, inline SVG and iframe counts). Two pages with the same outline show the same content in the
 same place; the numbers inside may differ from run to run.
 
 ``python tests/report/_outline.py OUT.json`` writes the outline of a tiny report (en and zh) run
@@ -19,17 +19,17 @@ class _Outline(HTMLParser):
     def __init__(self):
         super().__init__(convert_charrefs=True)
         self.sections: list[dict] = []
-        self._in: str | None = None  # "h2" or "h3" while inside one of the current section
+        self._in: str | None = None  # "h2", "h3" or "summary" while inside one of the current section
         self._text = ""
 
     def handle_starttag(self, tag, attrs):
         a = dict(attrs)
         if tag == "section" and "data-section" in a:
             self.sections.append({"id": a["data-section"], "failed": a.get("data-failed") == "1", "heading": "",
-                                  "subheadings": [], "images": [], "svg": 0, "iframes": 0})
+                                  "subheadings": [], "folded": [], "images": [], "svg": 0, "iframes": 0})
         elif not self.sections:
             return
-        elif tag in ("h2", "h3"):
+        elif tag in ("h2", "h3", "summary"):
             self._in, self._text = tag, ""
         elif tag == "img":
             self.sections[-1]["images"].append(a.get("alt", ""))
@@ -47,6 +47,8 @@ class _Outline(HTMLParser):
             text = re.sub(r"\s+", " ", self._text).strip()
             if tag == "h2":
                 self.sections[-1]["heading"] = text
+            elif tag == "summary":
+                self.sections[-1]["folded"].append(text)
             else:
                 self.sections[-1]["subheadings"].append(text)
             self._in = None

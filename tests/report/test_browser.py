@@ -15,23 +15,16 @@ from pathlib import Path
 
 import pytest
 from _browser import start_chromium  # skips this module when Chromium or its driver is absent (fails on CI)
+from _screenshots import WINDOW, spread, take  # noqa: E402
 
-from attnkit.report.build import write_report  # noqa: E402
 from attnkit.report.contents import story  # noqa: E402
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 COMMITTED = Path(__file__).resolve().parents[2] / "results"  # committed --full runs, e.g. results/vision/full
 
 
 @pytest.fixture(scope="module")
-def report(tmp_path_factory):
-    out = tmp_path_factory.mktemp("report")
-    runs = tmp_path_factory.mktemp("no-runs")  # no earlier results: the report runs every experiment itself
-    en = write_report(out, size="tiny", runs=runs, bench_results=BENCH, committed_results=COMMITTED, log=lambda m: None)
-    index_en = out / "index.en.html"
-    index_en.write_text(en.path.read_text(encoding="utf-8"), encoding="utf-8")
-    zh = write_report(out, size="tiny", runs=runs, bench_results=BENCH, committed_results=COMMITTED, lang="zh", log=lambda m: None)
-    return {"en": en, "zh": zh, "en_path": index_en, "zh_path": zh.path}
+def report(tiny_report):  # the session's tiny report, both languages (conftest.py)
+    return tiny_report
 
 
 @pytest.fixture(scope="module")
@@ -98,3 +91,15 @@ def test_committed_full_runs_are_shown_beside_the_quick_runs(report):
 def test_a_font_covering_chinese_is_installed():
     out = subprocess.run(["fc-list", ":lang=zh", "family"], capture_output=True, text=True).stdout
     assert out.strip(), "no font covers Chinese, so the zh report shows empty boxes: run bash .ci/install-browser.sh (fonts-noto-cjk)"
+
+
+def test_screenshots_of_both_pages_are_not_blank(report, tmp_path):
+    """Top, middle and end of each page, as the README shows them (docs/screenshots/, written by _screenshots.py)."""
+    d = start_chromium(tmp_path / "profile", window=WINDOW, page_load_timeout=60)
+    try:
+        shots = take(d, report["en_path"], tmp_path / "shots", "report_en") + take(d, report["zh_path"], tmp_path / "shots", "report_zh")
+    finally:
+        d.quit()
+    assert [p.name for p in shots] == [f"report_{lang}_{place}.png" for lang in ("en", "zh") for place in ("top", "middle", "end")]
+    for p in shots:
+        assert spread(p) > 10, f"{p.name} looks blank"  # a blank white page has spread 0

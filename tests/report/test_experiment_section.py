@@ -86,7 +86,7 @@ def test_the_section_reads_the_newest_results_and_the_experiments_facts(tmp_path
     run = write_report(tmp_path / "report", [sec], runs=runs, log=lambda m: None)
     page = run.path.read_text(encoding="utf-8")
     assert "<h2>Probe &lt;1&gt;</h2>" in page and "What does the probe score?" in page  # the experiment's own title, escaped
-    assert "<p>score=20 lang=en committed=[]</p>" in page and f"From <code>{runs / 'new'}/results.json</code>" in page
+    assert "<p>score=20 lang=en committed=[]</p>" in page and f"From <code>{runs.name}/new/results.json</code>" in page  # never a machine's absolute path
 
 
 def test_without_results_the_report_runs_the_cheap_ones_and_names_the_command_for_the_rest(tmp_path, probes):

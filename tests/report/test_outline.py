@@ -1,6 +1,6 @@
-"""``attnkit report`` shows the same content as before the experiments moved into one folder each:
-the tiny report's sections, headings, sub-headings and figures (``report_outline.json``, written by
-``_outline.py`` with the code before the move) in English and Chinese.
+"""``attnkit report`` shows the content it was reviewed with: the tiny report's sections, headings,
+sub-headings, folded parts and figures (``report_outline.json``, written by ``_outline.py``) in
+English and Chinese.
 
 The committed runs are limited to those the fixture was written with (runs committed later add their
 own sub-headings and figures). After a deliberate change of the page, rewrite the fixture with
@@ -35,7 +35,9 @@ def test_the_report_outline_is_unchanged(got, lang):
 
 def test_the_outline_sees_headings_and_figures():
     page = ('<section id="a" data-section="a" data-failed="0"><h2>A &amp; b</h2><h3>one</h3><img alt="fig 1" src="x">'
-            '<svg></svg><iframe></iframe></section><section id="b" data-section="b" data-failed="1"><h2>B</h2></section>')
+            '<svg></svg><iframe></iframe><details><summary>More <code>x</code></summary><p>…</p></details></section>'
+            '<section id="b" data-section="b" data-failed="1"><h2>B</h2></section>')
     assert outline(page) == [
-        {"id": "a", "failed": False, "heading": "A & b", "subheadings": ["one"], "images": ["fig 1"], "svg": 1, "iframes": 1},
-        {"id": "b", "failed": True, "heading": "B", "subheadings": [], "images": [], "svg": 0, "iframes": 0}]
+        {"id": "a", "failed": False, "heading": "A & b", "subheadings": ["one"], "folded": ["More x"], "images": ["fig 1"],
+         "svg": 1, "iframes": 1},
+        {"id": "b", "failed": True, "heading": "B", "subheadings": [], "folded": [], "images": [], "svg": 0, "iframes": 0}]

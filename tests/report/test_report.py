@@ -48,7 +48,8 @@ def test_cli_report_writes_index_with_real_sections(tmp_path, monkeypatch):
     monkeypatch.setattr(build_mod, "default_sections", lambda: fast)
     assert main(["report", "--out", str(tmp_path)]) == 0
     page = (tmp_path / "index.html").read_text(encoding="utf-8")
-    assert "attention_numpy" in page and "masks.causal()" in page and page.count("data:image/png;base64,") == 3
+    # intro: static-vs-dynamic weighting and the three steps; masks; positions
+    assert "attention_numpy" in page and "masks.causal()" in page and page.count("data:image/png;base64,") == 4
 
 
 def test_cli_backends_lists_every_backend(capsys):
@@ -67,10 +68,21 @@ def test_memory_ratio_reads_both_ways(ratio, text):
     assert _memory_ratio(ratio) == text
 
 
-def test_ring_section_runs_torchrun_and_matches_sdpa(tmp_path):
-    from attnkit.report.sections import ring as rs
+def _torchrun(world_size: int, out_json: Path, timeout: float = 180.0) -> dict:
+    """``attnkit.distributed.demo`` on ``world_size`` gloo ranks, started by torchrun as a user would."""
+    import os
+    import subprocess
+    import sys
 
-    result = rs._torchrun(2, tmp_path / "w2.json")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world_size}",
+           "-m", "attnkit.distributed.demo", "--causal", "--layout", "zigzag", "--json", str(out_json)]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert p.returncode == 0 and out_json.exists(), (p.stderr or p.stdout)[-2000:]
+    return json.loads(out_json.read_text())
+
+
+def test_the_ring_demo_runs_under_torchrun_and_matches_sdpa(tmp_path):
+    result = _torchrun(2, tmp_path / "w2.json")
     assert result["world_size"] == 2 and result["backend"] == "gloo" and result["causal"]
     assert result["max_abs_out_diff"] < 1e-5 and result["max_abs_dq_diff"] < 1e-5
     assert json.loads((tmp_path / "w2.json").read_text()) == result

@@ -15,7 +15,9 @@ So before the kernel, :func:`needs_exact` checks the inputs in O(n): a float32 (
 inputs) sum of each of q, k and v, which is NaN or ±inf exactly when an element is (or, harmlessly,
 when a finite sum overflows past ~3e38: that call then takes the exact path too). A dense bias
 tensor (a user's float tensor) is summed the same way; a NaN or +inf there counts, -inf is a mask
-and keeps the fast path; biases computed from positions (ALiBi, T5 tables) are not checked. Only
+and keeps the fast path. Biases computed from positions (ALiBi's slopes, T5's and Shaw's learned
+tables) are checked through their own tensors, O(parameters): any NaN or inf there may reach every
+row, so it sends the call to the exact path without looking closer. Only
 when a sum is not finite does it look closer: a non-finite q or dense bias, or a non-finite key or
 value row that some query of its head may see, sends the call to :func:`run_exact`, the reference's
 own computation in query-row chunks (O(L·S) time like the kernel, O(rows·S) memory). Calls whose
@@ -36,7 +38,7 @@ from ..core.call import AttentionCall
 from ..core.output import BackendResult
 from . import reference
 
-__all__ = ["needs_exact", "run_exact", "all_finite", "dense_bias_unsafe"]
+__all__ = ["needs_exact", "run_exact", "all_finite", "dense_bias_unsafe", "computed_bias_unsafe"]
 
 
 def _readable(t: torch.Tensor) -> bool:
@@ -81,6 +83,17 @@ def dense_bias_unsafe(bias) -> bool:
     return any(bool(_nan_or_posinf(t.sum(dtype=_sum_dtype(t)))) for t in _dense_bias_tensors(bias))
 
 
+def computed_bias_unsafe(bias) -> bool:
+    """True when a bias computed from positions (not a dense tensor) holds a NaN or inf in one of its
+    own tensors (ALiBi's slopes, a T5 or Shaw table): one sum per tensor, O(parameters)."""
+    for leaf in bias.leaves() if bias is not None else ():
+        dense = getattr(leaf, "t", None)
+        for t in (*leaf.parameters(recurse=False), *leaf.buffers(recurse=False)):
+            if t is not dense and t.is_floating_point() and _readable(t) and not all_finite(t):
+                return True
+    return False
+
+
 def needs_exact(call: AttentionCall) -> bool:
     """True when an input holds a NaN or inf that can change the result: any in q; in a key or value
     row that some query of its head may see; a NaN or +inf in a dense bias entry some query may use.
@@ -89,7 +102,7 @@ def needs_exact(call: AttentionCall) -> bool:
     q, k, v = call.q, call.k, call.v
     if not (_readable(q) and _readable(k) and _readable(v)):
         return False
-    if not all_finite(q):
+    if not all_finite(q) or computed_bias_unsafe(call.bias):
         return True
     bias_bad = dense_bias_unsafe(call.bias)
     kv_bad = not (all_finite(k) and all_finite(v))
@@ -110,6 +123,11 @@ def needs_exact(call: AttentionCall) -> bool:
     return bool((bad & seen).any())
 
 
+EXACT_ROUTE = "the reference's computation in row chunks (an input holds NaN or inf that some query may see)"
+
+
 def run_exact(call: AttentionCall) -> BackendResult:
     """The reference's result for ``call`` (its NaN, inf and gradients), rows in chunks."""
-    return reference.run_in_row_chunks(call)
+    res = reference.run_in_row_chunks(call)
+    res.route = EXACT_ROUTE
+    return res

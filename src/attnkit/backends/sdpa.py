@@ -13,6 +13,12 @@ translating them:
 * fully masked rows are unmasked for the kernel and zeroed afterwards, so no backend version can
   produce NaN for them, in the output or in the gradients.
 
+On CPU (no dropout, outside torch.func) the kernel is the fused flash op called through
+:mod:`.sdpa_flash`: it returns the log-sum-exp with its gradient (attention sinks need it), takes
+E != Ev and learned biases, and its float32 gradients stay within the plain softmax's own error when
+|lse| is large (there the backward reruns in float64). GQA calls that need neither a gradient nor
+the lse keep the public function, which broadcasts kv heads without a copy.
+
 Two guards run before the kernel, both O(n) (benchmarks/results/reliability_cost.json):
 
 * layout: CPU's fused op reads the head dim of q, k, v as unit-stride without checking, so a last
@@ -35,9 +41,28 @@ from ..core.call import AttentionCall
 from ..core.masks import CausalMask
 from ..core.output import BackendResult, materialized
 from ..core.tiles import kept_fraction
+from . import sdpa_flash
 from .nonfinite import needs_exact, run_exact
 
+
+def _fused(call: AttentionCall) -> bool:
+    """Whether :func:`run` calls CPU's fused op through :mod:`.sdpa_flash` (out and lse both
+    differentiable). It has no dropout and no batching rule (torch.func would loop over it)."""
+    return (sdpa_flash.available() and call.q.device.type == "cpu" and call.dropout_p == 0
+            and not _functorch_wrapped(call.q))
+
+
+def lse_differentiable(call: AttentionCall) -> bool:
+    """Does :func:`run` return an lse for this call that gradients flow through? Attention sinks
+    (applied in the core from the lse, :mod:`attnkit.core.sinks`) need one: d(lse) carries the sink's
+    share of the gradients of q and k."""
+    return _fused(call)
+
+
 def supports(call: AttentionCall) -> str | None:
+    if call.sinks is not None and not lse_differentiable(call):
+        return ("SDPA returns a differentiable log-sum-exp, which attention sinks need, only from CPU's fused op "
+                "(not with dropout, on other devices or inside torch.func transforms); reference or blockwise can")
     if call.return_weights:
         return "SDPA does not return attention weights (return_weights=True); reference or blockwise can"
     if not call.score.dot_form:
@@ -70,20 +95,18 @@ def kernel_layout(t: torch.Tensor) -> torch.Tensor:
     return t.contiguous()
 
 
-# CPU's fused kernel also returns the log-sum-exp that the public function drops; the other exact
-# backends return it, so this one does where the op exists (CPU, no dropout, no GQA broadcast)
-_CPU_FLASH = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)  # (out, lse)
-
-
 def work_dtype(call: AttentionCall) -> torch.dtype:
     """float32 for half inputs whenever the half kernel would lose accuracy: an added bias (kept in
     float32: an ALiBi bias rounded to bf16 moves outputs 0.1), a score that transforms q and k, or a
-    backward (CPU's half backward sums dk, dv in half). A plain forward keeps the fast half kernel,
-    whose error equals the reference's own."""
+    backward on CPU (CPU's half backward sums dk, dv in half; CUDA's flash and memory-efficient
+    backwards accumulate in float32; with the float32 detour, auto took 9.3 ms for a causal n=8k bf16
+    forward+backward on an H200 where SDPA's own bf16 kernel took 0.8 ms, benchmarks/results/gpu_race.json). A plain forward keeps
+    the fast half kernel, whose error equals the reference's own."""
     dt = call.q.dtype
     if dt not in _HALF:
         return dt
-    grad = torch.is_grad_enabled() and any(t.requires_grad for t in (call.q, call.k, call.v))
+    grad = (call.q.device.type == "cpu" and torch.is_grad_enabled()
+            and any(t.requires_grad for t in (call.q, call.k, call.v)))
     if call.bias is not None or not call.score.identity_dot or grad:
         return torch.float32
     return dt
@@ -146,21 +169,22 @@ def run(call: AttentionCall) -> BackendResult:
         # a query row that may see no key is unmasked for the kernel, so its scores are real products:
         # zero it, or a huge or NaN q there would reach dk through the backward (0 · inf)
         q = q.masked_fill(empty_rows.unsqueeze(-1), 0.0)
-    # enable_gqa (torch >= 2.5) reads kv head h // groups without copying k and v
     lse = None
-    # the op has no GQA broadcast, no E != Ev, no gradient for a float mask (a learned bias) and no
-    # batching rule (torch.func.vmap would loop over it)
-    fused_lse = (_CPU_FLASH is not None and q.device.type == "cpu" and call.groups == 1 and call.dropout_p == 0
-                 and q.shape[-1] == v.shape[-1] and not (attn_mask is not None and attn_mask.requires_grad)
-                 and not _functorch_wrapped(q))
-    if fused_lse:
+    # CPU's fused kernel also returns the log-sum-exp that the public function drops, and through
+    # .sdpa_flash its gradients are as accurate as the plain softmax's in float32, the lse's and a
+    # learned bias's included. For GQA that path repeats k and v per query head, so a GQA call with
+    # E == Ev that needs neither a gradient nor the sinks' lse keeps the public function, whose
+    # enable_gqa reads kv head h // groups without a copy (with E != Ev it would run the math path).
+    grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    if _fused(call) and (call.groups == 1 or grad or call.sinks is not None or q.shape[-1] != v.shape[-1]):
         if attn_mask is not None and attn_mask.dtype == torch.bool:
             attn_mask = torch.zeros((), dtype=work, device=q.device).masked_fill(~attn_mask, float("-inf"))
         if attn_mask is not None:
             attn_mask = attn_mask.expand(attn_mask.shape[0], attn_mask.shape[1], L, S)
         q, k, v = kernel_layout(q), kernel_layout(k), kernel_layout(v)
-        out, lse = _CPU_FLASH(q, k, v, 0.0, is_causal, attn_mask=attn_mask, scale=call.scale)
+        out, lse = sdpa_flash.flash_attention_cpu(q, k, v, attn_mask, is_causal, call.scale, call.groups)
     else:
+        # enable_gqa (torch >= 2.5) reads kv head h // groups without copying k and v
         kwargs = {"enable_gqa": True} if call.groups > 1 else {}
         out = F.scaled_dot_product_attention(
             q, k, v, attn_mask=attn_mask, dropout_p=call.dropout_p, is_causal=is_causal, scale=call.scale, **kwargs,

@@ -13,6 +13,10 @@ convention) or ``i`` (``"top_left"``); they agree when L == S.
   head and log-spaced distance bucket.
 * Shaw relative positions — Shaw et al. 2018, https://arxiv.org/abs/1803.02155: a learned scalar per
   head and clipped distance (the scalar form of their key-side relative embedding).
+* Logit soft-capping ``cap · tanh(score / cap)`` (Gemma 2, Grok): :func:`softcap`, in :mod:`.softcap`.
+
+In a list (``bias=[alibi, t5, softcap(50)]``) the parts apply in order, except that a part that
+caps the whole logit (``final``: soft-capping) applies after all the others wherever it stands.
 
 Shape legend: B batch, H heads, L queries, S keys.
 """
@@ -46,6 +50,7 @@ class ScoreModifier(nn.Module):
     num_heads: int | None = None
     relative: bool = False
     cost_per_element: float = 8.0  # unknown code (custom biases, score_mods): a guess of a few ops
+    final: bool = False  # transforms the whole logit (soft-capping): applied after the other parts of a list
 
     def leaves(self) -> tuple["ScoreModifier", ...]:
         """The modifiers this one is made of (itself, unless it combines several): what backends walk
@@ -370,19 +375,20 @@ def _dims(depends_on: Iterable[str]) -> frozenset[str]:
 
 
 def as_modifier(bias: object) -> ScoreModifier | None:
-    """Normalise what users pass as ``bias=``: None, a modifier, a float tensor, or a list of them."""
+    """Normalise what users pass as ``bias=``: None, a modifier, a float tensor, a plain function
+    (:mod:`attnkit.core.flex_callables`), or a list of them."""
     if bias is None or isinstance(bias, ScoreModifier):
         return bias
     if isinstance(bias, torch.Tensor):
         return TensorBias(bias)
     if isinstance(bias, (list, tuple)):
-        parts = [as_modifier(b) for b in bias]
-        return SumOfModifiers([p for p in parts if p is not None])
-    if callable(bias):
-        raise TypeError(
-            "bias got a bare callable; wrap it as attnkit.biases.custom_bias(fn) for (b, h, q_idx, kv_idx) -> bias "
-            "or attnkit.biases.score_mod(fn) for (score, b, h, q_idx, kv_idx) -> score"
-        )
+        parts = [p for p in (as_modifier(b) for b in bias) if p is not None]
+        # a cap of the whole logit sees the sum of the position biases, wherever the user listed it
+        return SumOfModifiers([p for p in parts if not p.final] + [p for p in parts if p.final])
+    if callable(bias):  # FlexAttention's plain score_mod (5 arguments) or an additive bias (4)
+        from .flex_callables import bias_from_callable
+
+        return bias_from_callable(bias)
     raise TypeError(f"bias must be an attnkit bias, a float tensor or a list of them, got {type(bias).__name__}")
 
 
@@ -392,3 +398,6 @@ def custom_bias(fn: BiasFn, depends_on: Iterable[str] = ("b", "h"), name: str | 
 
 def score_mod(fn: ScoreModFn, depends_on: Iterable[str] = ("b", "h"), name: str | None = None) -> ScoreMod:
     return ScoreMod(fn, depends_on, name)
+
+
+from .softcap import SoftCap, softcap  # noqa: E402  (defined on ScoreModifier above; exported as attnkit.biases.softcap)

@@ -28,6 +28,7 @@ from .dispatch import choose
 from .masks import Mask, as_mask
 from .output import AttentionOutput, Report
 from .scores import Score, as_score
+from . import sinks as _sinks
 
 
 @dataclass
@@ -44,6 +45,7 @@ class AttentionCall:
     dropout_p: float
     return_weights: bool
     memory_budget: int | None = None
+    sinks: torch.Tensor | None = None  # (B|1, H, L|1) sink logits, applied in core from the backend's lse (.sinks)
 
     @property
     def shape(self) -> dict[str, int]:
@@ -74,7 +76,8 @@ _LEGEND = "(B, H, L, E) / (B, Hkv, S, E) / (B, Hkv, S, Ev)"
 
 
 def make_call(
-    q, k, v, *, score=None, mask=None, bias=None, scale=None, dropout_p=0.0, return_weights=False, memory_budget=None
+    q, k, v, *, score=None, mask=None, bias=None, scale=None, dropout_p=0.0, return_weights=False, memory_budget=None,
+    sinks=None,
 ) -> AttentionCall:
     """Validate user input and build an :class:`AttentionCall`."""
     for name, t in (("q", q), ("k", k), ("v", v)):
@@ -127,12 +130,14 @@ def make_call(
     s = require_finite_scale(scale)
     if memory_budget is not None and (isinstance(memory_budget, bool) or not isinstance(memory_budget, int) or memory_budget <= 0):
         raise ValueError(f"memory_budget must be a positive int of bytes or None (no cap), got {memory_budget!r}")
+    sk = _sinks.check_sinks(sinks, B, H, L, q.device)
     return AttentionCall(
         q, k, v, sc, m, bm,
         s if s is not None else sc.default_scale(E),
         require_probability("dropout_p", dropout_p),
         require_bool("return_weights", return_weights),
         memory_budget,
+        sk,
     )
 
 
@@ -156,6 +161,7 @@ def attention(
     backend: str = "auto",
     return_weights: bool = False,
     memory_budget: int | None = None,
+    sinks: torch.Tensor | None = None,
 ) -> AttentionOutput:
     """Attention of q over k, v: ``softmax(score(q, k) * scale + bias, masked) @ v``.
 
@@ -169,6 +175,11 @@ def attention(
     * ``backend``: ``"auto"`` or a registered name; ``report`` says which ran and why.
     * ``return_weights``: also return the (B, H, L, S) weights (rows of fully masked queries are 0).
     * ``memory_budget``: bytes of extra memory ``auto`` may plan for (default: ``attnkit.options``).
+    * ``sinks``: attention-sink logits (H,) or (B|1, H, L|1): one more logit in every row's softmax
+      with a zero value (gpt-oss, StreamingLLM), so rows may attend to nothing: ``out`` and
+      ``weights`` scale by sigmoid(lse - sink) and the returned ``lse`` includes the sink
+      (:mod:`attnkit.core.sinks`). Differentiable, the sinks included: ``auto`` picks a backend whose lse
+      carries gradients, and a fully masked row stays 0.
 
     B = 0 returns empty tensors without running a backend; on the ``meta`` device only shapes flow.
 
@@ -181,7 +192,7 @@ def attention(
     """
     call = make_call(
         q, k, v, score=score, mask=mask, bias=bias, scale=scale, dropout_p=dropout_p,
-        return_weights=return_weights, memory_budget=memory_budget,
+        return_weights=return_weights, memory_budget=memory_budget, sinks=sinks,
     )
     if not isinstance(backend, str):
         raise TypeError(f"backend must be a string name, got {type(backend).__name__}")
@@ -194,7 +205,11 @@ def attention(
         res = chosen.run(call)
         report.materialized = res.materialized
         report.fully_masked_rows = _count(res.fully_masked_rows)
+        if res.route is not None:
+            report.reason += f"; ran: {res.route}"
         result = AttentionOutput(res.out, res.weights, res.lse, report)
+    if call.sinks is not None:
+        result = _with_sinks(call, result)
     if hooks._OBSERVERS:  # a plain list test: free, and traceable by torch.compile
         if torch.compiler.is_compiling():
             from . import traced  # loads torch._dynamo, already loaded while tracing
@@ -204,6 +219,25 @@ def attention(
         elif hooks.has_observers():  # observers (attnkit.inspect.capture) see the finished call; output unchanged
             hooks.notify(call, result)
     return result
+
+
+def _with_sinks(call: AttentionCall, res: AttentionOutput) -> AttentionOutput:
+    """``res`` with the call's sinks applied (:func:`attnkit.core.sinks.apply`). The backend's lse
+    must exist and, when q or k need gradients, carry them: d(lse) is how the sink's gradient
+    reaches q and k. A backend that declined sink calls in ``supports`` never gets here."""
+    name = res.report.backend
+    if res.lse is None:
+        raise ValueError(
+            f"backend {name!r} returned no log-sum-exp, which attention sinks need (sinks scale each row by "
+            "sigmoid(lse - sink)); use backend='auto', 'reference' or 'blockwise' for calls with sinks"
+        )
+    if call.q.shape[0] > 0 and torch.is_grad_enabled() and (call.q.requires_grad or call.k.requires_grad) and not res.lse.requires_grad:
+        raise ValueError(
+            f"backend {name!r} returned a log-sum-exp without gradients, so the gradients of q and k would miss the "
+            "attention sinks' share; use backend='auto', 'reference' or 'blockwise' for calls with sinks"
+        )
+    out, weights, lse = _sinks.apply(res.out, res.weights, res.lse, call.sinks)
+    return AttentionOutput(out, weights, lse, res.report)
 
 
 def _observed_here() -> bool:

@@ -21,6 +21,9 @@ Shape legend: B batch, H heads, Hkv kv heads, L queries, S keys, E/Ev head dims.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Callable, Sequence
 
 import torch
@@ -50,8 +53,8 @@ def cpu_has(probe: str) -> bool:
 _SDPA_BF16 = 2.76 * 115e9 if cpu_has("amx") else 140e9
 _SDPA_FP16 = 0.95 * 115e9 if cpu_has("fp16") else 4e9
 
-# rates measured on the 2-core CPU (torch 2.13 cpu); other devices reuse them as relative weights
-RATES = {
+# rates measured on the 2-core CPU (torch 2.13 cpu); a CUDA device overrides some below
+_CPU_RATES = {
     # attention flops per second (GEMM + softmax together), by backend and dtype
     "sdpa_flops": {torch.float32: 115e9, torch.bfloat16: _SDPA_BF16, torch.float16: _SDPA_FP16, torch.float64: 40e9},
     # blockwise upcasts bf16/fp16 to float32 scores and GEMMs (the half-precision fix), so on any CPU its
@@ -69,6 +72,50 @@ RATES = {
     "tile_overhead_s": 40e-6,  # Python and dispatch cost of one blockwise tile
     "call_overhead_s": {"sdpa": 30e-6, "blockwise": 300e-6, "blockwise_fused": 80e-6, "reference": 100e-6},
 }
+
+# What differs on a CUDA device, measured on one H200 with torch 2.11 (benchmarks/gpu_race.py,
+# benchmarks/results/gpu_race.json): SDPA's kernels run ~1,000x the CPU's rate (dense-mask window,
+# n=16k: 2.9 ms bf16, 20.7 ms fp32; is_causal n=8k bf16 forward+backward 0.8 ms), while every
+# blockwise tile costs ~260 us of kernel launches whatever the mask (509 tiles in 134 ms, 192 in 52
+# ms, 124 in 41 ms), so reading the CPU table there made auto pick the tile loop at 40x SDPA's time
+_CUDA_RATES = {
+    "sdpa_flops": {torch.float32: 2.6e13, torch.bfloat16: 1.9e14, torch.float16: 1.9e14, torch.float64: 1e13},
+    "blockwise_flops": {torch.float32: 2e13, torch.bfloat16: 5e13, torch.float16: 5e13, torch.float64: 5e12},
+    "reference_flops": {torch.float32: 1e13, torch.bfloat16: 3e13, torch.float16: 3e13, torch.float64: 3e12},
+    "elem_per_s": 1.5e12,  # a bool or half element read and written at ~4 TB/s
+    "tile_overhead_s": 250e-6,
+}
+_DEVICE_RATES = {"cuda": _CUDA_RATES}
+_DEVICE: ContextVar[str] = ContextVar("attnkit_cost_device", default="cpu")
+
+
+class _Rates(Mapping):
+    """:data:`RATES` as the estimates read it: the table of the device being estimated for
+    (:func:`on_device`), falling back to the CPU's measured rates for what a device does not override."""
+
+    def __getitem__(self, key: str):
+        table = _DEVICE_RATES.get(_DEVICE.get())
+        return table[key] if table is not None and key in table else _CPU_RATES[key]
+
+    def __iter__(self):
+        return iter(_CPU_RATES)
+
+    def __len__(self) -> int:
+        return len(_CPU_RATES)
+
+
+RATES = _Rates()
+
+
+@contextmanager
+def on_device(device: torch.device | str):
+    """Estimates inside this block read ``device``'s rates (its type: ``"cpu"``, ``"cuda"``, ...)."""
+    token = _DEVICE.set(torch.device(device).type)
+    try:
+        yield
+    finally:
+        _DEVICE.reset(token)
+
 
 MASK_OPS = 3.0  # element-wise passes to evaluate a mask predicate on one element
 

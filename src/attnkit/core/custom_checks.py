@@ -7,6 +7,8 @@ anything else (a 5-D bias, a (3,)-shaped predicate result) would otherwise be ac
 and crash or return a wrong-shaped output on another, so every function is evaluated once on a tiny
 grid (at most 2 × 2 × 3 × 5, on the call's device: ``meta`` works too) before any backend runs, and
 the verdict is cached on the object: a model calling attention thousands of times pays for it once.
+The same first look tells which of ``b`` / ``h`` an undeclared mask predicate reads (a plain
+FlexAttention ``mask_mod``): an index it does not read comes back as an axis of size 1.
 
 Shape legend: B batch, H heads, L queries, S keys; l, s a tile's queries and keys.
 """
@@ -30,6 +32,9 @@ def check_custom_functions(mask, bias, B: int, H: int, L: int, S: int, device: t
     for m in _walk(mask):
         if isinstance(m, CustomMask) and not getattr(m, _CHECKED, False):
             _check(m, "mask predicate", "(b, h, q_idx, kv_idx) -> bool", m.fn, False, B, H, L, S, device)
+            m.device = device  # its tile map is evaluated where its captured tensors live
+            if not m.dims_declared:
+                m.dims, m.dims_read = read_dims(m.fn, B, H, L, S, device), True
     for m in _walk(bias):
         if isinstance(m, (CustomBias, ScoreMod)) and not getattr(m, _CHECKED, False):
             kind = "score_mod" if isinstance(m, ScoreMod) else "custom bias"
@@ -86,3 +91,28 @@ def _check(obj, kind: str, sig: str, fn, takes_score: bool, B: int, H: int, L: i
             f"(or a 0-d constant), got shape {tuple(out.shape)}; compute it from the broadcast indices without reshaping"
         )
     object.__setattr__(obj, _CHECKED, True)
+
+
+def read_dims(fn, B: int, H: int, L: int, S: int, device) -> frozenset[str]:
+    """The indices an undeclared predicate reads, from its result's shape on broadcast indices:
+    an index axis of size 2 that comes back as size 1 was not read (as FlexAttention's B=None / H=None).
+
+    On CPU probed with b and h of size 2 even when the call has one batch row or head, so a mask
+    reused on a larger batch stays right; a predicate that fails there (a tensor captured for B=1
+    indexed by b), and any predicate on other devices, is probed at the call's own sizes, and an axis
+    of size 1 there stays in (not observed)."""
+    l, s = min(L, 3), min(S, 5)
+    probes = [(min(B, 2), min(H, 2))]
+    if torch.device(device).type == "cpu":  # an out-of-range index on an accelerator is a device assert, not an error
+        probes.insert(0, (2, 2))
+    for nb, nh in probes:
+        g = index_grid((0, l), (0, s), batch=nb, heads=nh, device=device)
+        try:
+            with torch.no_grad():
+                out = torch.as_tensor(fn(g.b, g.h, g.q, g.kv))
+        except Exception:  # noqa: BLE001 - only the extra probe can fail: the call's own sizes passed _check
+            continue
+        shape = (1, 1) if out.dim() < 4 else tuple(out.shape[:2])
+        return frozenset(d for d, n, got in (("b", nb, shape[0]), ("h", nh, shape[1])) if n == 1 or got != 1)
+    return frozenset({"b", "h"})
+

@@ -102,6 +102,8 @@ def choose(call: "AttentionCall", backend: str) -> tuple[registry.Backend, Repor
     if backend != "auto":
         b = registry.get(backend)
         why = b.supports(call)
+        if why is None and call.sinks is not None and not b.exact:
+            why = "attention sinks scale exact softmax rows by sigmoid(lse - sink); an approximate backend has no such lse"
         if why is not None:
             raise ValueError(f"backend={backend!r} cannot serve this call: {why}; use backend='auto' or change the call")
         why = "forced by backend=" + repr(backend)
@@ -110,7 +112,8 @@ def choose(call: "AttentionCall", backend: str) -> tuple[registry.Backend, Repor
         budget = call.memory_budget if call.memory_budget is not None else get_memory_budget()
         estimates = {}
         if budget is not None and b.estimate is not None and _values_readable(call):
-            estimates[b.name] = e = b.estimate(call)
+            with cost.on_device(call.q.device):
+                estimates[b.name] = e = b.estimate(call)
             if e["bytes"] > budget:
                 # a forced backend runs anyway (the user asked for it), but must not hide that it overshoots
                 why += f"; over memory budget {cost.mib(budget)}: estimated {cost.describe(e)} (the budget only steers backend='auto')"
@@ -140,6 +143,7 @@ def choose(call: "AttentionCall", backend: str) -> tuple[registry.Backend, Repor
         for b in candidates[1:]:
             rejected[b.name] = f"supported, but {best.name} is preferred (no cost model under {where})"
         return best, Report(best.name, f"most preferred backend that supports the call ({where}: no cost model)", rejected=rejected, exact=best.exact)
-    estimates = {b.name: b.estimate(call) for b in candidates if b.estimate is not None}
+    with cost.on_device(call.q.device):  # the rates of the device the call runs on
+        estimates = {b.name: b.estimate(call) for b in candidates if b.estimate is not None}
     best, explain = cost.rank(candidates, estimates, budget)
     return best, _DeferredReport(best.name, explain, rejected, exact=best.exact, estimates=estimates)

@@ -2,7 +2,7 @@
 user predicate (:class:`CustomMask`, :func:`custom`).
 
 A dense tensor's tile states are counted from the tensor (summed-area table) when its values can be
-read; a predicate's are unknown (every tile partial) and evaluated per tile. The positional and
+read; a predicate's by evaluating it on the tile grid once per shape (:mod:`attnkit.core.tile_map`). The positional and
 document masks are in :mod:`attnkit.core.mask_kinds`; everything here is re-exported by
 :mod:`attnkit.core.masks`.
 
@@ -80,19 +80,45 @@ def _tile_counts(x: torch.Tensor, grid: TileGrid) -> torch.Tensor:
 
 
 class CustomMask(Mask):
-    """Any predicate ``(b, h, q_idx, kv_idx) -> bool tensor``.
+    """Any predicate ``(b, h, q_idx, kv_idx) -> bool tensor`` (FlexAttention's ``mask_mod``).
 
-    By default it is evaluated for every batch row and head (correct for any predicate); declare
-    ``depends_on=()`` when it uses neither ``b`` nor ``h`` to keep materialized masks (1, 1, L, S).
+    ``depends_on`` names the indices it reads (``"b"``, ``"h"``). Left None, it starts as both (every
+    batch row and head evaluated: correct for any predicate) and the first attention call narrows it
+    to what the result's shape shows (:func:`attnkit.core.custom_checks.check_custom_functions`);
+    ``depends_on=()`` declares it up front and keeps materialized masks (1, 1, L, S).
+
+    Tiles: a predicate that reads neither ``b`` nor ``h`` gets tile skipping like the built-in
+    masks, its tile states computed once per shape by evaluating it on the grid and cached
+    (:mod:`attnkit.core.tile_map`), so it must be pure. One that reads ``b`` or ``h`` has every tile
+    evaluated (the sizes of b and h are not known to a tile grid).
     """
 
-    def __init__(self, fn: Predicate, depends_on: Iterable[str] = ("b", "h"), name: str | None = None):
+    def __init__(self, fn: Predicate, depends_on: Iterable[str] | None = None, name: str | None = None):
         if not callable(fn):
             raise TypeError(f"custom mask needs a callable (b, h, q_idx, kv_idx) -> bool, got {type(fn).__name__}")
-        dims = frozenset(depends_on)
+        dims = frozenset(("b", "h") if depends_on is None else depends_on)
         if not dims <= {"b", "h"}:
             raise ValueError(f"depends_on may name only 'b' and 'h', got {sorted(dims)}")
         self.fn, self.dims, self.name = fn, dims, name or getattr(fn, "__name__", "custom")
+        self.dims_declared = depends_on is not None  # else narrowed on the first call
+        self.dims_read = False  # set once the first call (or tile map) has read them
+        self.device: torch.device | None = None  # where the first call evaluated it (its captured tensors' device)
+
+    def tile_states(self, grid: TileGrid) -> torch.Tensor:
+        """Evaluated on the whole grid once per shape and cached (:func:`attnkit.core.tile_map.predicate_tile_states`);
+        all PARTIAL when it reads b or h, on meta, or while torch.compile traces."""
+        dev = self.device or torch.device("cpu")
+        if dev.type == "meta" or torch.compiler.is_compiling():
+            return grid.fill(PARTIAL)
+        if not self.dims_declared and not self.dims_read:  # used outside a call (mask.tile_map): read them now
+            from .custom_checks import read_dims
+
+            self.dims, self.dims_read = read_dims(self.fn, 2, 2, grid.L, grid.S, dev), True
+        if self.dims & {"b", "h"}:
+            return grid.fill(PARTIAL)
+        from .tile_map import predicate_tile_states
+
+        return predicate_tile_states(self.fn, grid, device=dev)
 
     def predicate(self, L, S):
         fn = self.fn
@@ -113,5 +139,6 @@ class CustomMask(Mask):
         return f"custom({self.name})"
 
 
-def custom(fn: Predicate, depends_on: Iterable[str] = ("b", "h"), name: str | None = None) -> Mask:
+def custom(fn: Predicate, depends_on: Iterable[str] | None = None, name: str | None = None) -> Mask:
+    """A mask from a predicate ``(b, h, q_idx, kv_idx) -> bool``; see :class:`CustomMask`."""
     return CustomMask(fn, depends_on, name)

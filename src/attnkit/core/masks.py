@@ -22,13 +22,16 @@ Shape legend: B batch, H heads, L queries, S keys.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import torch
 
 from .checks import require_positive_int
 from .indices import index_grid
 from .tiles import PARTIAL, TileGrid, TileState
+
+if TYPE_CHECKING:
+    from .tile_map import TileMap
 
 Predicate = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 ALIGNS = ("top_left", "bottom_right")
@@ -173,6 +176,20 @@ class Mask:
             return TileState.EMPTY
         return TileState.PARTIAL
 
+    def tile_map(self, L: int, S: int, block_q: int = 128, block_kv: int = 128) -> "TileMap":
+        """The (block_q × block_kv) tile grid of an (L, S) call, printable like FlexAttention's
+        ``BlockMask``: ``print(masks.causal().tile_map(1024, 1024))`` shows ``██`` full tiles,
+        ``░░`` partial ones (the mask is evaluated there) and blanks for tiles that are skipped."""
+        from .tile_map import TileMap
+
+        require_positive_int("L", L)
+        require_positive_int("S", S)
+        require_positive_int("block_q", block_q)
+        require_positive_int("block_kv", block_kv)
+        grid = TileGrid.uniform(L, S, block_q, block_kv)
+        codes = self.tile_states(grid).expand(grid.shape).contiguous()
+        return TileMap(codes, L, S, min(block_q, L), min(block_kv, S), repr(self))
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
 
@@ -189,8 +206,10 @@ def _as_mask(m: object, name: str) -> Mask:
         return m
     if isinstance(m, torch.Tensor):
         return TensorMask(m)
-    if callable(m):
-        return CustomMask(m)
+    if callable(m):  # FlexAttention's plain mask_mod (:mod:`attnkit.core.flex_callables`)
+        from .flex_callables import mask_from_callable
+
+        return mask_from_callable(m)
     raise TypeError(f"{name} must be an attnkit Mask, a bool tensor or a predicate (b, h, q_idx, kv_idx) -> bool, got {type(m).__name__}")
 
 

@@ -22,7 +22,7 @@ Shape legend: L queries, S keys, nq query blocks, nk key blocks.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -63,13 +63,16 @@ class TileGrid:
     q_end: torch.Tensor
     k_start: torch.Tensor
     k_end: torch.Tensor
+    # (block_q, block_kv) of a grid built by :meth:`uniform`, None otherwise: lets caches of per-grid
+    # results (custom predicates' tile maps) key on two ints instead of comparing the bounds
+    block: tuple[int, int] | None = field(default=None, compare=False)
 
     @classmethod
     def uniform(cls, L: int, S: int, block_q: int, block_kv: int) -> "TileGrid":
         """Blocks of ``block_q`` queries × ``block_kv`` keys (the last of each possibly shorter)."""
         q0, q1 = block_bounds(L, block_q)
         k0, k1 = block_bounds(S, block_kv)
-        return cls(L, S, q0, q1, k0, k1)
+        return cls(L, S, q0, q1, k0, k1, (block_q, block_kv))
 
     @classmethod
     def single(cls, q_range: tuple[int, int], kv_range: tuple[int, int], L: int, S: int) -> "TileGrid":

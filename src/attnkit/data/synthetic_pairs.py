@@ -14,7 +14,13 @@ length and an attention model need not:
 Everything is deterministic given ``seed`` (one ``random.Random`` per call; the transliteration
 table comes from ``seed`` as well), so a committed run names the command that rebuilds its file::
 
-    python -m attnkit.data.synthetic_pairs translit my.tsv --pairs 6000 --seed 0
+    python -m attnkit.data.synthetic_pairs translit my.tsv --pairs 12000 --seed 0
+
+12,000 pairs (the default) rather than 6,000: at the ``--quick`` budget of ~1,200 updates, a
+model trained on 6,000 pairs sees each one about 15 times and starts to memorise them (on
+``translit``, training loss 0.002–0.003 against 0.013–0.017 on validation, and 75–87 % exact match
+on the longest sources); with twice the pairs the same updates see each pair about 8 times. The
+quick preset caps training pairs at 6,000, so pass ``--set max_train=12000`` with this file.
 
 Shape legend: pairs are (source, target) strings; lengths count source tokens.
 """
@@ -84,7 +90,7 @@ def write_tsv(pairs: list[tuple[str, str]], path: str | os.PathLike) -> Path:
     return p
 
 
-def make_task_tsv(task: str, path: str | os.PathLike, n: int = 6000, **kwargs) -> Path:
+def make_task_tsv(task: str, path: str | os.PathLike, n: int = 12000, **kwargs) -> Path:
     """:func:`make_pairs` then :func:`write_tsv`: the file ``--data`` takes."""
     return write_tsv(make_pairs(task, n, **kwargs), path)
 
@@ -93,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m attnkit.data.synthetic_pairs", description="write a synthetic seq2seq TSV")
     ap.add_argument("task", choices=TASKS)
     ap.add_argument("path")
-    ap.add_argument("--pairs", type=int, default=6000)
+    ap.add_argument("--pairs", type=int, default=12000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--min-len", type=int, default=3)
     ap.add_argument("--max-len", type=int, default=40)

@@ -4,10 +4,11 @@ Fused kernels (SDPA, flash) never form the (L, S) weight matrix, which is why ti
 and transformers' ``sdpa`` return no weights. :func:`capture` keeps the model on its fast
 backend and records *beside* it: :func:`attnkit.attention` tells the capture about every finished
 call (:mod:`attnkit.core.hooks`), and the capture recomputes from the call's own q, k, score,
-mask and bias what it was asked to keep:
+mask, bias and sinks what it was asked to keep (:mod:`attnkit.inspect.recompute`):
 
 * **weights** ``P = softmax(score(q, k)·scale + bias, mask)`` (B, H, L, S), by the reference
-  backend, when ``B·H·L·S ≤ max_elements`` (or the call already returned them);
+  backend, when ``B·H·L·S ≤ max_elements`` (or the call already returned them); with attention
+  sinks the softmax has the sink's column too, so each row of P sums to ``sigmoid(lse − sink)`` < 1;
 * otherwise **row summaries** (:class:`~attnkit.inspect.metrics.RowSummary`: entropy, max weight,
   top-k keys, sink mass, distance, mass), computed tile by tile with
   :class:`~attnkit.inspect.metrics.RowSummaryAccumulator` — the (L, S) matrix never exists; peak
@@ -38,168 +39,23 @@ import contextlib
 import fnmatch
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass
 from typing import Iterator
 
 import torch
-from torch import Tensor, nn
+from torch import nn
 
 from ..core import hooks
-from ..core.output import AttentionOutput, Report
-from ..core.tiles import TileGrid, TileState
-from .metrics import RowSummary, RowSummaryAccumulator, row_summaries_from_weights
+from ..core.output import AttentionOutput
+from .metrics import RowSummaryAccumulator, row_summaries_from_weights
+from .recompute import TILE_ELEMENTS, dense_weights, pick_heads, tiled_row_summaries
+from .records import CapturedCall, LayerTuple, Recorder, _summary_dtype  # noqa: F401  (LayerTuple re-exported)
 
 RECORD_MODES = ("auto", "weights", "summaries", "reports")
 
 
-class LayerTuple(tuple):
-    """A tuple of per-layer entries that also knows each entry's real layer index (``.layers``).
-
-    ``capture(model, layers=[0, 5])`` records two layers; ``rec.attentions[1]`` is layer 5,
-    and :func:`~attnkit.inspect.classify_heads`, the plots and the viewer read ``.layers`` so
-    that their rows and labels say 5, not 1. A plain tuple everywhere else.
-    """
-
-    layers: tuple[int, ...]
-
-    def __new__(cls, items, layers):
-        self = super().__new__(cls, items)
-        self.layers = tuple(int(i) for i in layers)
-        if len(self.layers) != len(self):
-            raise ValueError(f"layers must give one index per entry: {len(self)} entries, {len(self.layers)} indices")
-        return self
 #: Default cap on B·H·L·S for recording dense weights of one call (2**22 floats = 16 MiB in fp32).
 MAX_ELEMENTS = 2**22
-#: Default cap on the elements of one score tile of the tiled summary pass.
-TILE_ELEMENTS = 2**21
-
-
-@dataclass
-class CapturedCall:
-    """One recorded attention call.
-
-    ``layer`` is the index of the calling module among the model's attention modules and ``name``
-    its module name (None when unknown); ``heads`` the query heads kept in ``weights`` /
-    ``summary``; ``offset`` = S − L, the key position of query 0 (bottom-right alignment, used
-    for distances). ``weights`` (B, H', L, S) or ``summary`` (fields (B, H', L[, k])) — one of
-    them, or neither with ``record="reports"``.
-    """
-
-    index: int
-    layer: int | None
-    name: str | None
-    heads: tuple[int, ...]
-    shape: dict[str, int]
-    report: Report
-    offset: int
-    weights: Tensor | None = None
-    summary: RowSummary | None = None
-    _k: int = field(default=5, repr=False)
-    _sinks: tuple[int, ...] = field(default=(0,), repr=False)
-
-    @property
-    def backend(self) -> str:
-        """The backend that computed the model's output for this call."""
-        return self.report.backend
-
-    def row_summary(self) -> RowSummary:
-        """The row summary, derived from the weights when the call recorded weights."""
-        if self.summary is not None:
-            return self.summary
-        if self.weights is None:
-            raise ValueError(f"call {self.index} recorded only its report; capture with record='auto' or 'summaries'")
-        return row_summaries_from_weights(self.weights.float(), self._k, sink_positions=self._sinks, offset=self.offset)
-
-
-class Recorder:
-    """What :func:`capture` returns: the :class:`CapturedCall` records, in call order.
-
-    ``attentions`` / ``summaries`` give one entry per captured layer (the latest call of each),
-    like Hugging Face's ``output_attentions``; ``records`` keeps every call (several forwards
-    append). ``modules`` lists the attention modules found, as (layer index, name).
-    """
-
-    def __init__(self, modules: list[tuple[str, nn.Module]]):
-        self.records: list[CapturedCall] = []
-        self.modules: list[tuple[int, str]] = [(i, n) for i, (n, _) in enumerate(modules)]
-
-    def __len__(self) -> int:
-        return len(self.records)
-
-    def __iter__(self) -> Iterator[CapturedCall]:
-        return iter(self.records)
-
-    def __getitem__(self, i: int) -> CapturedCall:
-        return self.records[i]
-
-    def clear(self) -> None:
-        self.records.clear()
-
-    def layer(self, layer: int) -> list[CapturedCall]:
-        """Every recorded call of one layer, in order."""
-        return [r for r in self.records if r.layer == layer]
-
-    def _latest(self) -> list[CapturedCall]:
-        latest: dict = {}
-        for r in self.records:
-            latest[r.layer if r.layer is not None else ("call", r.index)] = r
-        keyed = sorted((k, r) for k, r in latest.items() if not isinstance(k, tuple))
-        return [r for _, r in keyed] + [r for k, r in latest.items() if isinstance(k, tuple)]
-
-    def _layer_ids(self, latest: list[CapturedCall]) -> list[int]:
-        # calls outside any listed module (layer None) get the indices after the last real layer
-        known = [r.layer for r in latest if r.layer is not None]
-        nxt = 1 + max(known, default=len(self.modules) - 1)
-        out = []
-        for r in latest:
-            if r.layer is None:
-                out.append(nxt)
-                nxt += 1
-            else:
-                out.append(r.layer)
-        return out
-
-    @property
-    def layers(self) -> list[int]:
-        """The real layer index of each entry of :attr:`attentions` / :attr:`summaries`."""
-        return self._layer_ids(self._latest())
-
-    @property
-    def attentions(self) -> LayerTuple:
-        """Weights (B, H', L, S) of the latest call of each layer, in layer order; ``.layers``
-        holds each entry's real layer index (``capture(..., layers=[0, 5])`` gives (0, 5))."""
-        out = []
-        latest = self._latest()
-        for r in latest:
-            if r.weights is None:
-                raise ValueError(
-                    f"layer {r.layer} ({r.name}) recorded {'a row summary' if r.summary is not None else 'only a report'}, "
-                    f"not weights (B·H·L·S = {r.shape['B'] * r.shape['H'] * r.shape['L'] * r.shape['S']:,}); "
-                    "raise max_elements or use rec.summaries"
-                )
-            out.append(r.weights)
-        return LayerTuple(out, self._layer_ids(latest))
-
-    @property
-    def summaries(self) -> LayerTuple:
-        """Row summaries of the latest call of each layer (derived from weights where recorded);
-        ``.layers`` as for :attr:`attentions`."""
-        latest = self._latest()
-        return LayerTuple([r.row_summary() for r in latest], self._layer_ids(latest))
-
-    @property
-    def reports(self) -> list[Report]:
-        return [r.report for r in self.records]
-
-    def backends(self) -> dict[str, int]:
-        """How many recorded calls each backend served."""
-        out: dict[str, int] = {}
-        for r in self.records:
-            out[r.backend] = out.get(r.backend, 0) + 1
-        return out
-
-    def __repr__(self) -> str:
-        return f"Recorder({len(self.records)} calls, backends={self.backends()})"
 
 
 # ---------------------------------------------------------------------------------- discovery
@@ -256,68 +112,88 @@ def _select_heads(heads, H: int) -> list[int]:
     return sorted({h % H for h in items})
 
 
-# ---------------------------------------------------------------------------------- computing
-def dense_weights(call) -> Tensor:
-    """The call's weights (B, H, L, S) from the reference backend, without dropout."""
-    from ..backends import reference
+# ---------------------------------------------------------------------------------- recording
+@dataclass(frozen=True)
+class _Keep:
+    """What a capture keeps of each call (its ``record`` mode and sizes), and how it computes it."""
 
-    return reference.run(replace(call, return_weights=True, dropout_p=0.0)).weights
+    record: str
+    max_elements: int
+    k: int
+    sinks: tuple[int, ...]
+    tile_elements: int
+    kv_block: int
+
+    def fill(self, cc: CapturedCall, call, out: AttentionOutput, hs: list[int]) -> None:
+        """Set ``cc.weights`` or ``cc.summary`` for the heads ``hs``: the call's own returned weights
+        when it has them, else recomputed from the call -- dense when B·H·L·S ≤ ``max_elements``
+        (``"auto"``), tiled summaries otherwise. Both include the call's sinks and bias."""
+        B, H, L, S = call.q.shape[0], call.q.shape[1], call.L, call.S
+        if self.record == "reports":
+            return
+        if out.weights is not None and self.record != "summaries":
+            cc.weights = out.weights.detach()[:, hs]
+        elif self.record == "weights" or (self.record == "auto" and B * H * L * S <= self.max_elements):
+            cc.weights = dense_weights(call).detach()[:, hs]
+        elif out.weights is not None:
+            full = row_summaries_from_weights(_summary_dtype(out.weights.detach()), self.k, sink_positions=self.sinks, offset=S - L)
+            cc.summary = pick_heads(full, hs, H)
+        else:
+            full = tiled_row_summaries(call, k=self.k, sink_positions=self.sinks, tile_elements=self.tile_elements, kv_block=self.kv_block)
+            cc.summary = pick_heads(full, hs, H)
 
 
-def tiled_row_summaries(
-    call,
-    *,
-    k: int = 5,
-    sink_positions: int | Sequence[int] = 0,
-    tile_elements: int = TILE_ELEMENTS,
-    kv_block: int = 512,
-) -> RowSummary:
-    """Per-row summaries of a call's attention without forming its (L, S) weights.
+def _check_options(record, model, **sizes: int) -> None:
+    """User-input checks of :func:`capture`, before the ``with`` block runs anything."""
+    if record not in RECORD_MODES:
+        raise ValueError(f"record must be one of {RECORD_MODES}, got {record!r}")
+    for name, val in sizes.items():
+        if isinstance(val, bool) or not isinstance(val, int) or val < 1:
+            raise ValueError(f"{name} must be a positive int, got {val!r}")
+    if model is not None and not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module or None, got {type(model).__name__}")
 
-    Scores are computed one (query block × key block) tile at a time — score, scale, bias and mask
-    exactly as the reference backend applies them — and folded into a
-    :class:`RowSummaryAccumulator` per query block; tiles the mask proves empty are skipped. Half
-    inputs are computed in float32. Distances use query position i + S − L. Key blocks have
-    ``kv_block`` keys; query blocks as many rows as keep a tile under ``tile_elements``.
+
+def _calling_layer(index: dict[int, tuple[int, str]]) -> tuple[int, str] | None:
+    """(layer, name) of the innermost listed attention module on the hook scope, or None."""
+    for m in reversed(hooks.current_modules()):
+        where = index.get(id(m))
+        if where is not None:
+            return where
+    return None
+
+
+@contextlib.contextmanager
+def _scoped(modules: list[tuple[str, nn.Module]], observe) -> Iterator[None]:
+    """Register ``observe`` and forward hooks that put each listed module on the hook scope while it
+    runs; remove them all on exit.
+
+    Module hooks fire in every thread that runs the model; only the capturing context pushes
+    scopes, and each thread pops its own tokens (a token resets only in the context that made it).
     """
-    q = call.q
-    work = torch.float64 if q.dtype == torch.float64 else torch.float32
-    kx, _ = call.expanded_kv()  # (B, H, S, E): query head h reads kv head h // groups
-    B, H, L, _ = q.shape
-    S = kx.shape[2]
-    kv_block = min(S, kv_block)
-    q_block = max(1, min(L, tile_elements // max(1, B * H * kv_block)))
-    parts = []
-    # the mask's own tile states for the whole grid, once (EMPTY tiles skipped, FULL ones unmasked)
-    codes = None if call.mask is None else call.mask.tile_states(TileGrid.uniform(L, S, q_block, kv_block)).tolist()
-    for q0 in range(0, L, q_block):
-        q1 = min(L, q0 + q_block)
-        acc = RowSummaryAccumulator(k, sink_positions=sink_positions, offset=q0 + S - L)
-        folded = False
-        for k0 in range(0, S, kv_block):
-            k1 = min(S, k0 + kv_block)
-            state = TileState.FULL if codes is None else TileState(codes[q0 // q_block][k0 // kv_block])
-            if state is TileState.EMPTY:
-                continue
-            s = call.score(q[:, :, q0:q1].to(work), kx[:, :, k0:k1].to(work)) * call.scale  # (B, H, l, s)
-            if call.bias is not None:
-                s = call.bias.apply(s, (q0, q1), (k0, k1), L, S)
-            if state is TileState.PARTIAL:
-                allowed = call.mask.evaluate((q0, q1), (k0, k1), L, S, batch=B, heads=H, device=q.device)
-                s = s.masked_fill(~allowed, float("-inf"))
-            acc.update(k0, s.expand(B, H, q1 - q0, k1 - k0))
-            folded = True
-        if not folded:  # every key masked for this block: rows summarise to zeros
-            acc.update(0, torch.full((B, H, q1 - q0, 1), float("-inf"), dtype=work, device=q.device))
-        parts.append(acc.finalize())
-    return RowSummary(**{f.name: torch.cat([getattr(p, f.name) for p in parts], dim=2) for f in fields(RowSummary)})
+    handles = []
+    tokens: dict[tuple[int, int], list] = {}
+    observer: list = []
 
+    def pre(mod, args):
+        if observer and hooks.is_active(observer[0]):
+            tokens.setdefault((id(mod), threading.get_ident()), []).append(hooks.push_scope(mod))
 
-def _pick_heads(summary: RowSummary, heads: list[int], H: int) -> RowSummary:
-    if heads == list(range(H)):
-        return summary
-    idx = torch.tensor(heads, device=summary.entropy.device)
-    return RowSummary(**{f.name: getattr(summary, f.name).index_select(1, idx) for f in fields(RowSummary)})
+    def post(mod, args, output):
+        stack = tokens.get((id(mod), threading.get_ident()))
+        if stack:
+            hooks.pop_scope(stack.pop())
+
+    try:
+        for _, m in modules:
+            handles.append(m.register_forward_pre_hook(pre))
+            handles.append(m.register_forward_hook(post, always_call=True))
+        observer.append(hooks.add_observer(observe))
+        handles.append(observer[0])
+        yield
+    finally:
+        for h in reversed(handles):
+            h.remove()
 
 
 # ---------------------------------------------------------------------------------- capture
@@ -349,18 +225,17 @@ def capture(
     * ``heads``: query-head indices to keep; None = all.
     * ``record``: ``"auto"`` weights when B·H·L·S ≤ ``max_elements`` (or the call returned them),
       else tiled row summaries; ``"weights"``, ``"summaries"``, or ``"reports"`` (backend reports only).
-    * ``k``, ``sink_positions``: top-k size and sink keys of the summaries; ``tile_elements`` and
-      ``kv_block`` bound the tiles of the summary pass.
+    * ``k``, ``sink_positions``: top-k size and sink keys (key positions, e.g. BOS) of the
+      summaries; ``tile_elements`` and ``kv_block`` bound the tiles of the summary pass.
+
+    Calls with attention sinks (``sinks=``, e.g. ``MultiHeadAttention(..., sinks=True)`` or gpt-oss
+    through the Hugging Face bridge) are recorded with them: each row's weights over the S keys sum
+    to ``sigmoid(lse - sink)`` < 1, the rest being the sink's share, which no key receives; a
+    summary's ``mass`` is that sum (see :mod:`attnkit.inspect.recompute`).
 
     The model's outputs and backend are exactly those of an uncaptured run.
     """
-    if record not in RECORD_MODES:
-        raise ValueError(f"record must be one of {RECORD_MODES}, got {record!r}")
-    for name, val in (("max_elements", max_elements), ("k", k), ("tile_elements", tile_elements), ("kv_block", kv_block)):
-        if isinstance(val, bool) or not isinstance(val, int) or val < 1:
-            raise ValueError(f"{name} must be a positive int, got {val!r}")
-    if model is not None and not isinstance(model, nn.Module):
-        raise TypeError(f"model must be a torch.nn.Module or None, got {type(model).__name__}")
+    _check_options(record, model, max_elements=max_elements, k=k, tile_elements=tile_elements, kv_block=kv_block)
     sinks = (sink_positions,) if isinstance(sink_positions, int) else tuple(sink_positions)
     RowSummaryAccumulator(k, sink_positions=sinks)  # validates k and sink positions now, not mid-forward
     modules = attention_modules(model) if model is not None else []
@@ -373,58 +248,21 @@ def capture(
     if heads is not None:
         _select_heads(heads, 1 << 30)  # type check now; range is checked per call
     index = {id(m): (i, n) for i, (n, m) in enumerate(modules)}
+    keep = _Keep(record, max_elements, k, sinks, tile_elements, kv_block)
     rec = Recorder(modules)
 
     def observe(call, out: AttentionOutput) -> None:
-        where = None
-        for m in reversed(hooks.current_modules()):
-            where = index.get(id(m))
-            if where is not None:
-                break
+        where = _calling_layer(index)
         if model is not None and where is None:
             return  # a call from outside this model
         layer, name = where if where is not None else (None, None)
         if selected is not None and layer not in selected:
             return
-        B, H, L, S = call.q.shape[0], call.q.shape[1], call.L, call.S
-        hs = _select_heads(heads, H)
-        cc = CapturedCall(len(rec.records), layer, name, tuple(hs), call.shape, out.report, S - L, _k=k, _sinks=sinks)
+        hs = _select_heads(heads, call.q.shape[1])
+        cc = CapturedCall(len(rec.records), layer, name, tuple(hs), call.shape, out.report, call.S - call.L, _k=k, _sinks=sinks)
         with torch.no_grad():
-            if record == "reports":
-                pass
-            elif out.weights is not None and record != "summaries":
-                cc.weights = out.weights.detach()[:, hs]
-            elif record == "weights" or (record == "auto" and B * H * L * S <= max_elements):
-                cc.weights = dense_weights(call).detach()[:, hs]
-            elif out.weights is not None:
-                cc.summary = _pick_heads(row_summaries_from_weights(out.weights.detach().float(), k, sink_positions=sinks, offset=S - L), hs, H)
-            else:
-                cc.summary = _pick_heads(tiled_row_summaries(call, k=k, sink_positions=sinks, tile_elements=tile_elements, kv_block=kv_block), hs, H)
+            keep.fill(cc, call, out, hs)
         rec.records.append(cc)
 
-    handles = []
-    # module hooks fire in every thread that runs the model; only the capturing context pushes
-    # scopes, and each thread pops its own tokens (a token resets only in the context that made it)
-    tokens: dict[tuple[int, int], list] = {}
-    observer: list = []
-
-    def pre(mod, args):
-        if observer and hooks.is_active(observer[0]):
-            tokens.setdefault((id(mod), threading.get_ident()), []).append(hooks.push_scope(mod))
-
-    def post(mod, args, output):
-        stack = tokens.get((id(mod), threading.get_ident()))
-        if stack:
-            hooks.pop_scope(stack.pop())
-
-    try:
-        for _, m in modules:
-            handles.append(m.register_forward_pre_hook(pre))
-            handles.append(m.register_forward_hook(post, always_call=True))
-        observer.append(hooks.add_observer(observe))
-        handles.append(observer[0])
+    with _scoped(modules, observe):
         yield rec
-    finally:
-        for h in reversed(handles):
-            h.remove()
-

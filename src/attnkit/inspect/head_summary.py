@@ -65,6 +65,9 @@ DEAD_MASS = 0.8
 UNIFORM_ENTROPY = 0.9
 #: A head is positional when its mean mass on the previous / next / own key reaches this.
 POSITIONAL_MASS = 0.5
+#: A layer has an attention sink when some head's rows miss more than this share on average
+#: (rows of plain softmax weights sum to 1 up to rounding: about 1e-3 in bfloat16).
+SINK_SHARE_SEEN = 1e-2
 
 
 @dataclass(frozen=True)
@@ -84,7 +87,7 @@ class HeadThresholds:
     def label(self, n: dict) -> tuple[str, str]:
         """(label, reason) for one head's numbers (the fields of :class:`HeadStats`)."""
         if math.isnan(n["fixed_mass"]):
-            return "dead", "no valid rows (every row fully masked)"
+            return "dead", "no valid rows (every row fully masked, or all of its mass on an attention sink)"
         if n["fixed_mass"] >= self.dead_mass:
             return "dead", (
                 f"fixed_mass {n['fixed_mass']:.3f} >= {self.dead_mass} on key {n['fixed_position']}"
@@ -92,6 +95,9 @@ class HeadThresholds:
         special = n.get("special_mass")
         if special is not None and special >= self.dead_mass:
             return "dead", f"special_mass {special:.3f} >= {self.dead_mass}"
+        parked = n.get("learned_sink_mass")
+        if parked is not None and parked >= self.dead_mass:
+            return "dead", f"learned_sink_mass {parked:.3f} >= {self.dead_mass} (on the attention sink, no key)"
         if n["entropy"] >= self.uniform_entropy:
             return "uniform", f"entropy {n['entropy']:.3f} >= {self.uniform_entropy}"
         positional = {
@@ -129,6 +135,7 @@ class HeadStats:
     fixed_position: int
     special_mass: float | None
     reason: str
+    learned_sink_mass: float | None = None
 
 
 @dataclass(frozen=True)
@@ -146,7 +153,7 @@ class HeadSummary:
     #: Numeric columns, in display order.
     METRICS = (
         "entropy", "max_weight", "distance", "sink_mass", "previous_mass",
-        "next_mass", "self_mass", "fixed_mass", "special_mass",
+        "next_mass", "self_mass", "fixed_mass", "special_mass", "learned_sink_mass",
     )
 
     @property
@@ -203,12 +210,16 @@ class HeadSummary:
         return out
 
     def columns(self) -> list[str]:
-        """Column names of :meth:`to_rows` (``special_mass`` only when it was computed)."""
-        metrics = [m for m in self.METRICS if m != "special_mass" or self._has_special()]
+        """Column names of :meth:`to_rows` (``special_mass`` and ``learned_sink_mass`` only when computed)."""
+        shown = {"special_mass": self._has_special(), "learned_sink_mass": self._has_learned_sink()}
+        metrics = [m for m in self.METRICS if shown.get(m, True)]
         return ["layer", "head", "label", *metrics, "fixed_position", "reason"]
 
     def _has_special(self) -> bool:
         return any(s.special_mass is not None for s in self.stats)
+
+    def _has_learned_sink(self) -> bool:
+        return any(s.learned_sink_mass is not None for s in self.stats)
 
     def to_rows(self) -> list[dict]:
         """One plain dict per head (JSON-ready), keys as :meth:`columns`."""
@@ -334,19 +345,27 @@ def classify_heads(
       share of every row's mass that goes to one and the same key -- averaged over the
       batch; ``fixed_position`` is that key (the most common one across the batch).
     - ``special_mass``: mean weight on ``special_keys`` (e.g. every [CLS]/[SEP]), when given.
+    - ``learned_sink_mass``: mean share of a row that no key receives, ``1 - sum_j w_ij`` --
+      the attention sink's share in weights of a model with sinks (:mod:`attnkit.core.sinks`;
+      captured by :func:`attnkit.inspect.capture`, rows summing to ``sigmoid(lse - sink)``).
+      None when no head of the layer misses more than ``SINK_SHARE_SEEN`` (plain softmax).
+      The other numbers stay weights over the keys, as the softmax gave them, not rescaled
+      to the keys' share.
 
     The label is the first rule that fires, thresholds from ``thresholds``
     (:class:`HeadThresholds`, defaults in brackets):
 
-    1. ``dead`` -- ``fixed_mass >= dead_mass`` [0.8] or ``special_mass >= dead_mass``:
-       nearly all mass parked on one fixed position (first token, [CLS], [SEP]); such
-       heads often act as a no-op (Clark et al. 2019).
+    1. ``dead`` -- ``fixed_mass >= dead_mass`` [0.8], ``special_mass >= dead_mass`` or
+       ``learned_sink_mass >= dead_mass``: nearly all mass parked on one fixed position
+       (first token, [CLS], [SEP], the attention sink); such heads often act as a no-op
+       (Clark et al. 2019).
     2. ``uniform`` -- mean normalised entropy ``>= uniform_entropy`` [0.9]: a bag-of-keys average.
     3. ``positional-previous`` / ``positional-next`` / ``positional-self`` -- the largest of
        the three positional masses is ``>= positional_mass`` [0.5].
     4. ``content`` -- none of the above: where the mass goes depends on the content.
 
-    A head whose every row is fully masked is labelled ``dead`` with NaN numbers.
+    A head whose every row is fully masked (or gives all of its mass to the sink) is labelled
+    ``dead`` with NaN numbers.
     Classification needs several queries per sequence: with L = 1 every head looks fixed.
 
     Args:
@@ -373,52 +392,80 @@ def classify_heads(
     if not isinstance(thresholds, HeadThresholds):
         raise TypeError(f"thresholds must be a HeadThresholds; got {type(thresholds).__name__}")
     _check_int(offset, "offset")
-    B, _, L, S = layers[0].shape
-    if query_mask is not None:
-        if not isinstance(query_mask, Tensor) or query_mask.dtype != torch.bool:
-            raise TypeError("query_mask must be a bool tensor of shape (B, L); True = real query")
-        if tuple(query_mask.shape) != (B, L):
-            raise ValueError(f"query_mask must have shape (B, L) = ({B}, {L}); got {tuple(query_mask.shape)}")
+    B, _, L, _ = layers[0].shape
+    _check_query_mask(query_mask, B, L)
 
     stats: list[HeadStats] = []
     for li, w in enumerate(layers):
-        w = w.detach().to(torch.float64)  # means over many rows: keep them exact
-        mask = expand_key_mask(key_mask, w)
-        valid = w.sum(-1) > 0.5  # (B, H, L): rows that put mass anywhere
-        if query_mask is not None:
-            valid = valid & query_mask[:, None, :].to(w.device)
-
-        ent = _head_mean(normalized_entropy(w, key_mask), valid)
-        mx = _head_mean(max_weight(w), valid)
-        dist = _head_mean(mean_attention_distance(w, offset), valid)
-        sink = _head_mean(sink_mass(w, 0), valid)
-        prev, nxt, own = (_positional_head_mean(w, valid, mask, offset + d) for d in (-1, 1, 0))
-        special = _head_mean(sink_mass(w, special_keys), valid) if special_keys is not None else None
-
-        # Column means per sequence: how much of every row goes to the same key j.
-        vf = valid.to(w.dtype)
-        rows = vf.sum(-1)  # (B, H)
-        col = (w * vf[..., None]).sum(-2) / rows.clamp(min=1)[..., None]  # (B, H, S)
-        col_max, col_arg = col.max(-1)  # (B, H)
-        has_rows = rows > 0
-        fixed = (col_max * has_rows).sum(0) / has_rows.sum(0).clamp(min=1)
-        fixed = torch.where(has_rows.any(0), fixed, torch.full_like(fixed, math.nan))
-
-        for h in range(w.shape[1]):
-            args = col_arg[:, h][has_rows[:, h]]
-            position = int(torch.mode(args).values) if args.numel() else -1
-            numbers = dict(
-                entropy=float(ent[h]),
-                max_weight=float(mx[h]),
-                distance=float(dist[h]),
-                sink_mass=float(sink[h]),
-                previous_mass=float(prev[h]),
-                next_mass=float(nxt[h]),
-                self_mass=float(own[h]),
-                fixed_mass=float(fixed[h]),
-                fixed_position=position,
-                special_mass=None if special is None else float(special[h]),
-            )
-            label, reason = thresholds.label(numbers)
-            stats.append(HeadStats(layer=layer_ids[li], head=h, label=label, reason=reason, **numbers))
+        numbers = _head_numbers(w, key_mask=key_mask, query_mask=query_mask, special_keys=special_keys, offset=offset)
+        for h, n in enumerate(numbers):
+            label, reason = thresholds.label(n)
+            stats.append(HeadStats(layer=layer_ids[li], head=h, label=label, reason=reason, **n))
     return HeadSummary(stats=tuple(stats), thresholds=thresholds)
+
+
+def _check_query_mask(query_mask: Tensor | None, B: int, L: int) -> None:
+    if query_mask is None:
+        return
+    if not isinstance(query_mask, Tensor) or query_mask.dtype != torch.bool:
+        raise TypeError("query_mask must be a bool tensor of shape (B, L); True = real query")
+    if tuple(query_mask.shape) != (B, L):
+        raise ValueError(f"query_mask must have shape (B, L) = ({B}, {L}); got {tuple(query_mask.shape)}")
+
+
+def _fixed_key(w: Tensor, valid: Tensor) -> tuple[Tensor, list[int]]:
+    """How much of every row goes to one and the same key, per head.
+
+    Per sequence, the column means over valid rows ``mean_i w_ij`` and their largest value; the
+    result is its mean over the sequences that have valid rows, (H,) (NaN for a head with none), and
+    per head the key that is most often that largest column (-1 for a head with none).
+    """
+    vf = valid.to(w.dtype)  # (B, H, L)
+    rows = vf.sum(-1)  # (B, H)
+    col = (w * vf[..., None]).sum(-2) / rows.clamp(min=1)[..., None]  # (B, H, S)
+    col_max, col_arg = col.max(-1)  # (B, H)
+    has_rows = rows > 0
+    fixed = (col_max * has_rows).sum(0) / has_rows.sum(0).clamp(min=1)
+    fixed = torch.where(has_rows.any(0), fixed, torch.full_like(fixed, math.nan))
+    positions = []
+    for h in range(w.shape[1]):
+        args = col_arg[:, h][has_rows[:, h]]
+        positions.append(int(torch.mode(args).values) if args.numel() else -1)
+    return fixed, positions
+
+
+def _head_numbers(w: Tensor, *, key_mask, query_mask, special_keys, offset: int) -> list[dict]:
+    """One layer's (B, H, L, S) weights -> one dict per head with the numeric fields of
+    :class:`HeadStats` (means over the valid rows; see :func:`classify_heads`)."""
+    w = w.detach().to(torch.float64)  # means over many rows: keep them exact
+    mask = expand_key_mask(key_mask, w)
+    mass = w.sum(-1)  # (B, H, L): 1, below 1 with attention sinks, 0 on fully masked rows
+    valid = mass > 0  # rows that put mass on some key
+    if query_mask is not None:
+        valid = valid & query_mask[:, None, :].to(w.device)
+
+    ent = _head_mean(normalized_entropy(w, key_mask), valid)
+    mx = _head_mean(max_weight(w), valid)
+    dist = _head_mean(mean_attention_distance(w, offset), valid)
+    sink = _head_mean(sink_mass(w, 0), valid)
+    prev, nxt, own = (_positional_head_mean(w, valid, mask, offset + d) for d in (-1, 1, 0))
+    special = _head_mean(sink_mass(w, special_keys), valid) if special_keys is not None else None
+    fixed, positions = _fixed_key(w, valid)
+    parked = _head_mean((1.0 - mass).clamp(min=0.0), valid)  # the attention sink's share
+    has_sink = bool((parked > SINK_SHARE_SEEN).any())
+    return [
+        dict(
+            entropy=float(ent[h]),
+            max_weight=float(mx[h]),
+            distance=float(dist[h]),
+            sink_mass=float(sink[h]),
+            previous_mass=float(prev[h]),
+            next_mass=float(nxt[h]),
+            self_mass=float(own[h]),
+            fixed_mass=float(fixed[h]),
+            fixed_position=positions[h],
+            special_mass=None if special is None else float(special[h]),
+            learned_sink_mass=float(parked[h]) if has_sink else None,
+        )
+        for h in range(w.shape[1])
+    ]

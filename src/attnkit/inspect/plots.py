@@ -112,6 +112,20 @@ def _one_sequence(layer, index: int, name: str) -> np.ndarray:
     return a
 
 
+_WORDS = {  # the few words these figures print, per language ("en" or "zh")
+    "en": {"key": "key", "query": "query", "weight": "attention weight", "head": "head {}", "layer": "layer {}",
+           "shared": "attention weight (all heads, one scale)"},
+    "zh": {"key": "键", "query": "查询", "weight": "注意力权重", "head": "第 {} 个头", "layer": "第 {} 层",
+           "shared": "注意力权重（所有头共用一个刻度）"},
+}
+
+
+def _word(lang: str, key: str) -> str:
+    if lang not in _WORDS:
+        raise ValueError(f"lang must be one of {', '.join(_WORDS)}, got {lang!r}")
+    return _WORDS[lang][key]
+
+
 def plot_head(
     weights,
     tokens: Sequence[str] | None = None,
@@ -122,6 +136,7 @@ def plot_head(
     vmax: float | None = None,
     path: str | Path | None = None,
     dpi: int = 120,
+    lang: str = "en",
 ):
     """Heatmap of one head's (L, S) weights, queries down the side, keys along the top axis.
 
@@ -134,7 +149,10 @@ def plot_head(
         cmap: matplotlib colormap name.
         vmax: top of the colour scale; None for the largest weight.
         path: write a PNG here.
+        lang: the language of the axis words ("en" or "zh"; Chinese needs a CJK font, see
+            :func:`attnkit.page.figures.language`).
     """
+    _word(lang, "key")
     w = _array(weights, "weights", (2,), "(L, S) for one head; select one with weights[b, h]")
     L, S = w.shape
     q_labels = _labels(tokens, L, "tokens", "queries (L)")
@@ -154,11 +172,11 @@ def plot_head(
     fontsize = 8 if max(L, S) <= 30 else 6
     _set_ticks(ax, "x", k_labels, S, fontsize)
     _set_ticks(ax, "y", q_labels, L, fontsize)
-    ax.set_xlabel("key")
-    ax.set_ylabel("query")
+    ax.set_xlabel(_word(lang, "key"))
+    ax.set_ylabel(_word(lang, "query"))
     ax.xaxis.set_label_position("top")
     ax.xaxis.tick_top()
-    fig.colorbar(im, ax=ax, label="attention weight", shrink=0.8)
+    fig.colorbar(im, ax=ax, label=_word(lang, "weight"), shrink=0.8)
     if title:
         fig.suptitle(title)
     return _finish(fig, path, dpi)
@@ -175,8 +193,10 @@ def plot_heads_grid(
     cmap: str = "Blues",
     path: str | Path | None = None,
     dpi: int = 100,
+    lang: str = "en",
 ):
-    """A layer x head grid of small heatmaps, each with its own colour scale from 0.
+    """A layer x head grid of small heatmaps on one shared colour scale (0 to 1, square-root
+    stretched so weights of a few percent stay visible) with one colour bar for all of them.
 
     Args:
         attentions: a sequence of per-layer (H, L, S) or (B, H, L, S) weights (``index``
@@ -186,7 +206,9 @@ def plot_heads_grid(
         layers, heads: subsets to draw (default all).
         cell_size: inches per small heatmap.
         path: write a PNG here.
+        lang: the language of the labels ("en" or "zh").
     """
+    _word(lang, "head")
     # capture(...).attentions knows each entry's real layer index; the row labels show it
     real = getattr(attentions, "layers", None)
     attentions = as_layer_list(attentions)
@@ -213,23 +235,29 @@ def plot_heads_grid(
     fig = _figure(cols * cell_size + 0.8, rows * cell_size + 0.6)
     axes = np.atleast_2d(fig.subplots(rows, cols, squeeze=False))
     show_labels = labels is not None and L <= 24
+    from matplotlib.colors import PowerNorm
+
+    norm = PowerNorm(gamma=0.5, vmin=0.0, vmax=1.0)  # one scale for every head: colours compare across panels
+    im = None
     for r, li in enumerate(layer_ids):
         for c, hi in enumerate(head_ids):
             ax = axes[r, c]
             if hi >= data[li].shape[0]:  # this layer has fewer heads
                 ax.axis("off")
                 continue
-            ax.imshow(data[li][hi], cmap=cmap, vmin=0.0, interpolation="nearest", aspect="auto")
+            im = ax.imshow(data[li][hi], cmap=cmap, norm=norm, interpolation="nearest", aspect="auto")
             ax.set_xticks([])
             ax.set_yticks([])
             if r == 0:
-                ax.set_title(f"head {hi}", fontsize=8)
+                ax.set_title(_word(lang, "head").format(hi), fontsize=8)
             if c == 0:
-                ax.set_ylabel(f"layer {real[li]}", fontsize=8)
+                ax.set_ylabel(_word(lang, "layer").format(real[li]), fontsize=8)
                 if show_labels:
                     ax.set_yticks(range(L), labels, fontsize=5)
             if r == rows - 1 and show_labels:
                 ax.set_xticks(range(S), labels, fontsize=5, rotation=90)
+    if im is not None:
+        fig.colorbar(im, ax=axes, shrink=0.6, pad=0.01, label=_word(lang, "shared"))
     return _finish(fig, path, dpi)
 
 

@@ -14,7 +14,8 @@ without a head, at the cost of one forward pass per head.
 
 Shape legend:
     B: batch size    H: heads    L: queries = S: keys (rollout needs self-attention)
-    attentions: per-layer (B, H, L, L), rows summing to 1 (0 on fully masked rows).
+    attentions: per-layer (B, H, L, L), rows summing to 1, to less than 1 with attention
+    sinks (the sink's share goes to no token), 0 on fully masked rows.
 """
 
 from __future__ import annotations
@@ -66,6 +67,13 @@ def attention_rollout(
     itself). Real rows then put exactly 0 on padded tokens. A row with no mass left
     (possible only when ``residual_weight=0``) becomes the identity row.
 
+    Attention sinks (:mod:`attnkit.core.sinks`; weights from :func:`attnkit.inspect.capture`
+    of a model with sinks): a row's weights sum to ``m = sigmoid(lse - sink)`` < 1, and the
+    sink's share ``1 - m`` has a zero value, so it carries no token. Rollout keeps it that way:
+    the sink's share is not spread over the keys, it only shrinks the attention term against
+    the residual (row i of Â_l is ``((1 - r) A_l[i] + r e_i) / ((1 - r) m_i + r)``). A layer
+    whose rows give everything to the sink passes the residual alone (Â_l = I).
+
     Args:
         attentions: per-layer (B, H, L, L) weights, in layer order (heads may differ per layer).
         head_fusion: one of ``HEAD_FUSIONS``: "mean" (the paper), "max" or "min".
@@ -83,43 +91,12 @@ def attention_rollout(
         0.0 <= residual_weight <= 1.0
     ):
         raise ValueError(f"residual_weight must be a number in [0, 1] (the paper uses 0.5); got {residual_weight!r}")
-    if isinstance(attentions, Tensor):
-        if attentions.ndim != 5:
-            raise ValueError(
-                "attentions must be a sequence of per-layer (B, H, L, L) tensors or one (layers, B, H, L, L) "
-                f"tensor; got a tensor of shape {tuple(attentions.shape)}. For one layer pass [weights]."
-            )
-        attentions = list(attentions.unbind(0))
-    if not isinstance(attentions, Sequence) or len(attentions) == 0:
-        raise ValueError("attentions must be a non-empty sequence of per-layer (B, H, L, L) tensors")
-    if isinstance(start_layer, bool) or not isinstance(start_layer, int) or not 0 <= start_layer < len(attentions):
-        raise ValueError(f"start_layer must be an int in [0, {len(attentions)}); got {start_layer!r}")
-
+    attentions = _check_attentions(attentions, start_layer)
     first = attentions[0]
-    for i, a in enumerate(attentions):
-        if not isinstance(a, Tensor) or a.ndim != 4 or not a.is_floating_point():
-            got = tuple(a.shape) if isinstance(a, Tensor) else type(a).__name__
-            raise ValueError(f"attentions[{i}] must be a floating (B, H, L, L) tensor; got {got}")
-        if a.shape[-1] != a.shape[-2]:
-            raise ValueError(
-                f"rollout needs self-attention (L == S); attentions[{i}] has L={a.shape[-2]}, S={a.shape[-1]}"
-            )
-        if (a.shape[0], a.shape[-1]) != (first.shape[0], first.shape[-1]):
-            raise ValueError(
-                f"every layer must share B and L; attentions[0] is {tuple(first.shape)}, "
-                f"attentions[{i}] is {tuple(a.shape)}"
-            )
     B, _, L, _ = first.shape
     dtype = torch.float64 if first.dtype == torch.float64 else torch.float32
     eye = torch.eye(L, dtype=dtype, device=first.device).expand(B, L, L)
-
-    real = None
-    if key_mask is not None:
-        if not isinstance(key_mask, Tensor) or key_mask.dtype != torch.bool:
-            raise TypeError("key_mask must be a bool tensor of shape (B, L); True = real token")
-        if tuple(key_mask.shape) != (B, L):
-            raise ValueError(f"key_mask must have shape (B, L) = ({B}, {L}); got {tuple(key_mask.shape)}")
-        real = key_mask.to(first.device)
+    real = _check_key_mask(key_mask, B, L, first.device)
 
     rollout = eye
     for a in attentions[start_layer:]:
@@ -135,6 +112,47 @@ def attention_rollout(
         mixed = torch.where(total > 0, mixed / total.clamp(min=torch.finfo(dtype).tiny), eye)
         rollout = mixed @ rollout  # (B, L, L)
     return rollout
+
+
+def _check_attentions(attentions, start_layer) -> list[Tensor]:
+    """The per-layer (B, H, L, L) weights as a list, after checking shapes and ``start_layer``."""
+    if isinstance(attentions, Tensor):
+        if attentions.ndim != 5:
+            raise ValueError(
+                "attentions must be a sequence of per-layer (B, H, L, L) tensors or one (layers, B, H, L, L) "
+                f"tensor; got a tensor of shape {tuple(attentions.shape)}. For one layer pass [weights]."
+            )
+        attentions = list(attentions.unbind(0))
+    if not isinstance(attentions, Sequence) or len(attentions) == 0:
+        raise ValueError("attentions must be a non-empty sequence of per-layer (B, H, L, L) tensors")
+    if isinstance(start_layer, bool) or not isinstance(start_layer, int) or not 0 <= start_layer < len(attentions):
+        raise ValueError(f"start_layer must be an int in [0, {len(attentions)}); got {start_layer!r}")
+    first = attentions[0]
+    for i, a in enumerate(attentions):
+        if not isinstance(a, Tensor) or a.ndim != 4 or not a.is_floating_point():
+            got = tuple(a.shape) if isinstance(a, Tensor) else type(a).__name__
+            raise ValueError(f"attentions[{i}] must be a floating (B, H, L, L) tensor; got {got}")
+        if a.shape[-1] != a.shape[-2]:
+            raise ValueError(
+                f"rollout needs self-attention (L == S); attentions[{i}] has L={a.shape[-2]}, S={a.shape[-1]}"
+            )
+        if (a.shape[0], a.shape[-1]) != (first.shape[0], first.shape[-1]):
+            raise ValueError(
+                f"every layer must share B and L; attentions[0] is {tuple(first.shape)}, "
+                f"attentions[{i}] is {tuple(a.shape)}"
+            )
+    return list(attentions)
+
+
+def _check_key_mask(key_mask, B: int, L: int, device) -> Tensor | None:
+    """The bool (B, L) padding mask on ``device``, or None."""
+    if key_mask is None:
+        return None
+    if not isinstance(key_mask, Tensor) or key_mask.dtype != torch.bool:
+        raise TypeError("key_mask must be a bool tensor of shape (B, L); True = real token")
+    if tuple(key_mask.shape) != (B, L):
+        raise ValueError(f"key_mask must have shape (B, L) = ({B}, {L}); got {tuple(key_mask.shape)}")
+    return key_mask.to(device)
 
 
 def head_importance(

@@ -25,7 +25,9 @@ for questions about importance.
 Shape legend:
     B: batch size      H: heads
     L: queries         S: keys
-    weights: (B, H, L, S), each row summing to 1, or to 0 on a fully masked row.
+    weights: (B, H, L, S), each row summing to 1, or to 0 on a fully masked row; with attention
+    sinks (:mod:`attnkit.core.sinks`) to sigmoid(lse - sink) < 1, and every metric here is then
+    a sum or maximum over the keys only (the sink's share is in none of them).
 
 The diagnostics API is :mod:`attnkit.inspect.metrics`, which re-exports these functions with
 the row summaries (:mod:`attnkit.inspect.row_summary`) and the head classification

@@ -55,7 +55,9 @@ class RowSummary:
       (fewer than k keys with non-zero weight).
     - ``sink_mass``: total weight on the ``sink_positions`` keys.
     - ``distance``: ``sum_j p_ij |i + offset - j|`` (see :func:`mean_attention_distance`).
-    - ``mass``: ``sum_j p_ij``; 1 for a normal row, 0 for a fully masked one.
+    - ``mass``: ``sum_j p_ij``; 1 for a normal row, 0 for a fully masked one, and
+      ``sigmoid(lse - sink)`` < 1 with attention sinks (``1 - mass`` is the sink's share, which
+      no key and so none of the other fields includes; :mod:`attnkit.inspect.recompute`).
     """
 
     entropy: Tensor
@@ -242,7 +244,9 @@ class RowSummaryAccumulator:
 
         Args:
             lse: (B, H, L) row log-sum-exp from the attention kernel (any value on fully
-                masked rows); None to use :meth:`logsumexp` of the tiles seen.
+                masked rows); None to use :meth:`logsumexp` of the tiles seen. With attention
+                sinks pass ``logaddexp(lse, sink)``, the sink-inclusive one: the weights are then
+                the sink softmax's, and ``mass`` comes out below 1.
         """
         self._require_updates()
         if lse is None:

@@ -152,11 +152,15 @@ def plot_pixel_attention(weights, grid: tuple[int, int], pixel: tuple[int, int],
     fig = _figure(2.4 * heads + 0.6, 2.6)
     from matplotlib.patches import Rectangle  # noqa: PLC0415 -- matplotlib is imported lazily
 
+    top = float(w[:, q].max())  # one colour scale for every head: a bright cell means a large weight, not the head's own maximum
+    axes = []
     for i in range(heads):
         ax = fig.add_subplot(1, heads, i + 1)
-        draw_heat(ax, w[i, q].reshape(h, wd), image)
+        im = draw_heat(ax, w[i, q].reshape(h, wd), image, vmax=top)
         ax.add_patch(Rectangle((pixel[1], pixel[0]), 1, 1, fill=False, edgecolor="cyan", linewidth=1.5))
         ax.set_title(f"head {i}", fontsize=8)
+        axes.append(ax)
+    fig.colorbar(im, ax=axes, shrink=0.85, label=f"weight (uniform 1/{h * wd} = {1 / (h * wd):.3f})")
     if title:
         fig.suptitle(title, fontsize=9)
     return _finish(fig, path, dpi)
@@ -174,14 +178,19 @@ def plot_vit_attention(attentions, grid: tuple[int, int], image=None, *, index: 
         raise ValueError(f"weights have T={last.shape[-1]} tokens, grid {h}x{wd} + {num_prefix_tokens} prefix needs {num_prefix_tokens + h * wd}")
     roll = attention_rollout([a[index : index + 1].detach().cpu().double() for a in attentions])[0]  # (T, T)
     heads = last.shape[0]
-    fig = _figure(2.2 * (heads + 1) + 0.6, 2.5)
+    fig = _figure(2.2 * (heads + 1) + 1.4, 2.6)
+    top = float(last[:, 0, num_prefix_tokens:].max())  # the heads share one scale; the rollout, another quantity, has its own
+    axes = []
     for i in range(heads):
         ax = fig.add_subplot(1, heads + 1, i + 1)
-        draw_heat(ax, last[i, 0, num_prefix_tokens:].reshape(h, wd), image)
+        im = draw_heat(ax, last[i, 0, num_prefix_tokens:].reshape(h, wd), image, vmax=top)
         ax.set_title(f"last layer, head {i}", fontsize=7)
+        axes.append(ax)
+    fig.colorbar(im, ax=axes, shrink=0.85, label="class-token weight")
     ax = fig.add_subplot(1, heads + 1, heads + 1)
-    draw_heat(ax, roll[0, num_prefix_tokens:].reshape(h, wd), image)
+    im = draw_heat(ax, roll[0, num_prefix_tokens:].reshape(h, wd), image)
     ax.set_title("rollout (all layers)", fontsize=7)
+    fig.colorbar(im, ax=ax, shrink=0.85, label="rollout")
     if title:
         fig.suptitle(title, fontsize=9)
     return _finish(fig, path, dpi)

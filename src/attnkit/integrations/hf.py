@@ -28,14 +28,19 @@ How Hugging Face's mask arrives and what attnkit makes of it (attnkit's polarity
   uniform average HF's eager path produces.
 
 Attention sinks (gpt-oss's ``s_aux``, Inkling-2's ``sinks``: one more logit per query and head, with
-a zero value) scale each row by sigmoid(lse − sink), so those calls run on a backend that returns the
-log-sum-exp. Any other argument a model's own ``eager_attention_forward`` reads and attnkit does not
+a zero value) go to :func:`attnkit.attention` as ``sinks=`` (:mod:`attnkit.core.sinks`): forward and
+gradients, the sinks' own included, on every backend whose log-sum-exp is differentiable (``auto``
+picks one). Any other argument a model's own ``eager_attention_forward`` reads and attnkit does not
 implement raises a ValueError rather than being dropped.
 
 ``output_attentions=True`` — passed down, collected by transformers' ``@capture_outputs`` hooks, or
 given to a layer that keeps it (Falcon), read by forward hooks on that layer — makes the call return
 weights, as eager does (a weight-returning backend runs; :mod:`attnkit.integrations.hf_weights`); to
 see weights while the model keeps its fused backend, use :func:`attnkit.inspect.capture`.
+
+Padding-free batches (``DataCollatorWithFlattening``'s ``cu_seq_lens_q/k``, or ``position_ids`` that
+restart) run per sequence through :func:`attnkit.core.varlen.varlen_attention`
+(:mod:`attnkit.integrations.hf_packed`): no score between two packed sequences is computed.
 
 Shape legend: B batch, H query heads, Hkv key/value heads, L queries, S keys, E / Ev head dims.
 """
@@ -54,7 +59,7 @@ from ..core import biases as Bi
 from ..core import hooks
 from ..core import masks as M
 from ..core.call import attention
-from . import hf_weights
+from . import hf_packed, hf_weights
 
 DEFAULT_NAME = "attnkit"
 
@@ -98,8 +103,8 @@ def _window_mask(window: object, causal: bool) -> M.Mask:
 
 
 def _softcap_mod(cap: float) -> Bi.ScoreModifier:
-    # Gemma-2 style soft-capping, applied like HF eager: after scaling, before the mask
-    return Bi.ScoreMod(lambda score, b, h, q, kv: torch.tanh(score / cap) * cap)
+    # Gemma-2 style soft-capping (attnkit.biases.softcap), applied like HF eager: after scaling, before the mask
+    return Bi.softcap(cap)
 
 
 # what attnkit_attention_forward does something with; anything else a model's own eager function reads is
@@ -132,9 +137,10 @@ def _reject_unhandled(module: nn.Module, kwargs: dict) -> None:
 
 
 def _sink_logits(sink: torch.Tensor, B: int, H: int, L: int) -> torch.Tensor:
-    """Attention-sink logits as (B|1, H, L|1): gpt-oss passes ``s_aux`` (H,), Inkling-2 ``sinks`` (B, H, L, 1)."""
+    """Attention-sink logits as attnkit's ``sinks=`` takes them: gpt-oss passes ``s_aux`` (H,), kept as is,
+    Inkling-2 ``sinks`` (B, H, L, 1), given as (B|1, H, L|1)."""
     if sink.dim() == 1 and sink.shape[0] == H:
-        return sink.view(1, H, 1)
+        return sink
     if sink.dim() == 4 and (sink.shape[1], sink.shape[3]) == (H, 1) and sink.shape[0] in (1, B) and sink.shape[2] in (1, L):
         return sink[..., 0]
     raise ValueError(
@@ -159,6 +165,12 @@ def make_attention_forward(backend: str = "auto") -> Callable:
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """query (B, H, L, E), key (B, Hkv, S, E), value (B, Hkv, S, Ev) → ((B, L, H, Ev), weights | None)."""
         _reject_unhandled(module, kwargs)
+        offsets = hf_packed.packed_offsets(query, key, attention_mask, kwargs)
+        if offsets is not None:  # a padding-free batch: attention per packed sequence (see hf_packed)
+            causal = is_causal if is_causal is not None else getattr(module, "is_causal", False)
+            return hf_packed.packed_forward(
+                module, query, key, value, offsets, scaling=scaling, dropout=dropout, causal=causal, kwargs=kwargs, backend=backend,
+            )
         L, S = query.shape[2], key.shape[2]
         mask, bias = convert_hf_mask(attention_mask, S)
         causal = is_causal if is_causal is not None else getattr(module, "is_causal", False)
@@ -180,32 +192,22 @@ def make_attention_forward(backend: str = "auto") -> Callable:
             mods.append(bias)
         want = hf_weights.wants_weights(kwargs)
         sink = kwargs.get("s_aux") if kwargs.get("s_aux") is not None else kwargs.get("sinks")
-        run = backend
-        if sink is not None and backend == "auto":
-            run = "reference" if want else "blockwise"  # exact backends that return the log-sum-exp
+        if sink is not None:
+            sink = _sink_logits(sink, query.shape[0], query.shape[1], L)
         with hooks.scope(module):  # lets attnkit.inspect.capture name the layer
             res = attention(
                 query, key, value,
                 mask=mask,
-                bias=mods if len(mods) > 1 else (mods[0] if mods else None),
+                # in eager's order (the cap, then position bias, then the mask's values): not a list,
+                # which would move the cap after the additive parts
+                bias=Bi.SumOfModifiers(mods) if len(mods) > 1 else (mods[0] if mods else None),
                 scale=scaling,
                 dropout_p=dropout if module.training else 0.0,
-                backend=run,
+                backend=backend,
                 return_weights=want,
+                sinks=sink,
             )
-        out, weights = res.out, res.weights
-        if sink is not None:
-            # A sink is one more logit per (query, head) with a zero value (gpt-oss, Inkling-2): softmax over
-            # [scores, sink] = softmax(scores) · Z / (Z + e^sink), Z = e^lse, i.e. a factor sigmoid(lse − sink)
-            if res.lse is None:
-                raise ValueError(
-                    f"attnkit backend {res.report.backend!r} returns no log-sum-exp, which attention sinks need; "
-                    "register attnkit with backend='auto', 'reference' or 'blockwise' for this model"
-                )
-            keep = torch.sigmoid(res.lse.float() - _sink_logits(sink, query.shape[0], query.shape[1], L).float())
-            out = (out.float() * keep[..., None]).to(out.dtype)
-            weights = None if weights is None else (weights.float() * keep[..., None]).to(weights.dtype)
-        return out.transpose(1, 2).contiguous(), weights  # (B, L, H, Ev)
+        return res.out.transpose(1, 2).contiguous(), res.weights  # (B, L, H, Ev)
 
     attnkit_attention_forward.__qualname__ = f"attnkit_attention_forward[{backend}]"
     return attnkit_attention_forward

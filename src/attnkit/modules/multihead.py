@@ -12,7 +12,12 @@ with bottom-right causal alignment (one new query sees every cached key). Positi
 continue per sequence from the cache; with GQA/MQA the cache holds ``kv_heads`` heads, H/Hkv times
 smaller than MHA's.
 
-Mask/padding/position handling lives in :mod:`.mha_inputs`, weight conversion to and from
+Attention sinks (``sinks=True``; gpt-oss, StreamingLLM, :mod:`attnkit.core.sinks`): one learned
+logit per head, zero-initialised, joins every row's softmax with a zero value, in the plain, the
+cached and the cross-attention paths alike, so a row may attend to nothing.
+
+Packed variable-length input (``forward(x (T, D), cu_seqlens=...)``, FlashAttention's varlen layout,
+no padding computed) lives in :mod:`.mha_packed`. Mask/padding/position handling lives in :mod:`.mha_inputs`, weight conversion to and from
 ``torch.nn.MultiheadAttention`` in :mod:`.torch_interop`.
 
 Shape legend (batch_first): query (B, L, D), key (B, S, Dk), value (B, S, Dv), out (B, L, D);
@@ -34,6 +39,7 @@ from ..core.checks import require_unambiguous_2d_mask
 from ..core.output import AttentionOutput, Report
 from ..core.scores import Score, as_score
 from .mha_inputs import _apply_positions, _check_rotary, _new_token_validity, combine_masks
+from .mha_packed import attend_packed, refuse_padded_arguments
 from .torch_interop import mha_from_torch, mha_to_torch
 
 
@@ -52,10 +58,12 @@ class MultiHeadAttention(nn.Module):
         score=None,
         backend: str = "auto",
         rotary=None,
+        sinks: bool = False,
         device=None,
         dtype=None,
     ):
         super().__init__()
+        require_bool("sinks", sinks)
         require_positive_int("embed_dim", embed_dim)
         require_positive_int("num_heads", num_heads)
         if embed_dim % num_heads:
@@ -86,6 +94,8 @@ class MultiHeadAttention(nn.Module):
         self.k_proj = nn.Linear(self.kdim, kv_heads * self.head_dim, bias=bias, **kw)
         self.v_proj = nn.Linear(self.vdim, kv_heads * self.head_dim, bias=bias, **kw)
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias, **kw)
+        # (H,) sink logits, or None; a learned parameter like the projections
+        self.sinks = nn.Parameter(torch.empty(num_heads, **kw)) if sinks else None
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -94,6 +104,8 @@ class MultiHeadAttention(nn.Module):
             nn.init.xavier_uniform_(lin.weight)
             if lin.bias is not None:
                 nn.init.zeros_(lin.bias)
+        if self.sinks is not None:
+            nn.init.zeros_(self.sinks)  # a sink of logit 0: weight 1 / (1 + sum of e^score) at the start
 
     # ------------------------------------------------------------------------------------------
     def forward(
@@ -112,6 +124,8 @@ class MultiHeadAttention(nn.Module):
         cache=None,
         positions: torch.Tensor | None = None,
         rotary=None,
+        cu_seqlens: torch.Tensor | None = None,
+        cu_seqlens_k: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Returns ``(out, weights or None)``.
 
@@ -124,10 +138,16 @@ class MultiHeadAttention(nn.Module):
         ``mask`` and ``bias`` are evaluated at absolute positions, and ``positions`` (L,) or (B, L)
         overrides the positions that continue each row. ``rotary`` (a RotaryEmbedding) overrides the
         one given at construction.
+
+        Packed input (no padding): ``query`` (T, D) holds N sequences back to back and ``cu_seqlens``
+        (N + 1,) their offsets (0, L_0, L_0 + L_1, ..., T); each sequence attends only itself, masks
+        align and positions restart per sequence (:mod:`.mha_packed`). For packed cross-attention pass
+        ``key`` (T_k, Dk) and ``cu_seqlens_k``. Returns ``(out (T, D), None)``.
         """
         out, res = self.attend(
             query, key, value, mask=mask, key_padding_mask=key_padding_mask, attention_mask=attention_mask,
             causal=causal, bias=bias, need_weights=need_weights, cache=cache, positions=positions, rotary=rotary,
+            cu_seqlens=cu_seqlens, cu_seqlens_k=cu_seqlens_k,
         )
         w = res.weights
         if w is not None and average_attn_weights:
@@ -149,11 +169,22 @@ class MultiHeadAttention(nn.Module):
         cache=None,
         positions: torch.Tensor | None = None,
         rotary=None,
+        cu_seqlens: torch.Tensor | None = None,
+        cu_seqlens_k: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, AttentionOutput]:
         """Like :meth:`forward` but returns the full :class:`AttentionOutput` (report, lse, per-head weights)."""
         require_bool("need_weights", need_weights)  # a string like "no" would read as True
         require_bool("causal", causal)
         rotary = self.rotary if rotary is None else _check_rotary(rotary, self.head_dim)
+        if cu_seqlens is not None or cu_seqlens_k is not None:
+            if cu_seqlens is None:
+                raise ValueError("cu_seqlens_k was given without cu_seqlens; packed input needs cu_seqlens for the queries")
+            refuse_padded_arguments(
+                key_padding_mask=key_padding_mask, attention_mask=attention_mask, cache=cache, positions=positions, need_weights=need_weights,
+            )
+            return attend_packed(
+                self, query, key, value, cu_seqlens=cu_seqlens, cu_seqlens_k=cu_seqlens_k, mask=mask, causal=causal, bias=bias, rotary=rotary,
+            )
         if cache is not None:
             return self._attend_cached(
                 query, key, value, cache=cache, mask=mask, key_padding_mask=key_padding_mask,
@@ -253,6 +284,7 @@ class MultiHeadAttention(nn.Module):
         res = attention(
             q, k, v, score=self.score, mask=mask, bias=bias,
             dropout_p=self.dropout if self.training else 0.0, backend=self.backend, return_weights=need_weights,
+            sinks=self.sinks,
         )
         out = self.merge(res.out)
         return (out if self.batch_first else out.transpose(0, 1)), res
@@ -306,8 +338,11 @@ class MultiHeadAttention(nn.Module):
         return mha_from_torch(cls, mha, **kwargs)
 
     def to_torch(self) -> nn.MultiheadAttention:
-        """A ``torch.nn.MultiheadAttention`` with the same weights (needs kv_heads == num_heads and the scaled-dot score)."""
+        """A ``torch.nn.MultiheadAttention`` with the same weights (needs kv_heads == num_heads, the scaled-dot score and no sinks)."""
+        if self.sinks is not None:
+            raise ValueError("to_torch: torch's module has no attention sinks; build this module with sinks=False to convert it")
         return mha_to_torch(self)
 
     def extra_repr(self) -> str:
-        return f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, kv_heads={self.kv_heads}, score={self.score.name!r}, backend={self.backend!r}"
+        sinks = ", sinks=True" if self.sinks is not None else ""
+        return f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, kv_heads={self.kv_heads}, score={self.score.name!r}, backend={self.backend!r}{sinks}"

@@ -52,9 +52,40 @@ def svg_heatmap(
     return "".join(parts)
 
 
-def png_img(path: str | Path, alt: str = "") -> str:
+def png_img(path: str | Path, alt: str = "", *, figure_lang: str | None = None) -> str:
+    """The PNG at ``path`` inlined as base64 (the page stays one self-contained file);
+    ``figure_lang`` marks which language its text is in (``data-figure-lang``, for tests and readers)."""
     data = base64.b64encode(Path(path).read_bytes()).decode("ascii")
-    return f'<img alt="{esc(alt)}" src="data:image/png;base64,{data}" style="max-width:100%">'
+    mark = f' data-figure-lang="{esc(figure_lang)}"' if figure_lang else ""
+    return f'<img alt="{esc(alt)}" src="data:image/png;base64,{data}" style="max-width:100%"{mark}>'
+
+
+def figure(path: str | Path, alt: str, lang: str) -> str:
+    """The figure at ``path`` in the page's language: on the Chinese page its ``zh/`` copy (see
+    :func:`attnkit.page.figures.zh_path`) when one was drawn, else the English figure and a visible
+    note saying why (no CJK font on the machine that drew it, or a figure of a run drawn in English)."""
+    from .figures import cjk_font, zh_path
+
+    path = Path(path)
+    if lang != "zh":
+        return png_img(path, alt, figure_lang="en")
+    zh = zh_path(path)
+    if zh.is_file():
+        return png_img(zh, alt, figure_lang="zh")
+    why = ("未找到覆盖中文的字体（Debian 软件包 fonts-noto-cjk，make report 会安装），因此此图保留英文标注。" if cjk_font() is None
+           else "此图由一次以英文绘图的运行生成（例如已提交的长时间运行），因此保留英文标注。")
+    return png_img(path, alt, figure_lang="en") + f'<p class="note figure-en">{esc(why)}</p>'
+
+
+def details(summary: str, body: str) -> str:
+    """``body`` folded under a clickable ``summary`` line (closed by default); ``summary`` is HTML."""
+    return f"<details><summary>{summary}</summary>{body}</details>" if body else ""
+
+
+def so_what(lang: str, text: str) -> str:
+    """The plain reading of a section (two or three sentences, HTML), in a box after its evidence."""
+    word = "这说明什么" if lang == "zh" else "So what"
+    return f'<div class="sowhat"><b>{word}:</b> {text}</div>'
 
 
 _CSS = """
@@ -67,6 +98,11 @@ th{background:#f4f4f4} code,pre{background:#f6f6f6;padding:.1em .3em} pre{paddin
 .read{background:#f7f7f2;border-left:4px solid #999;padding:.4em .8em;margin:.6em 0}
 .notice{background:#fff6e0;border-left:4px solid #e0a000;padding:.4em .8em}
 dl.cols dt{font-weight:600;display:inline} dl.cols dd{display:inline;margin:0 1em 0 .3em}
+.sowhat{background:#eef8ee;border-left:4px solid #2a8a2a;padding:.4em .8em;margin:.8em 0}
+.deeper{border-left:4px solid #7a4fb0;padding:.3em .8em;margin:.8em 0}
+details{margin:.8em 0;padding:.3em .8em;border:1px solid #ddd;border-radius:4px}
+summary{cursor:pointer;font-weight:600;color:#1f4f7a} details[open]>summary{margin-bottom:.5em}
+td:first-child{min-width:7em}
 """
 
 

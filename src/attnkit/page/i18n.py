@@ -12,10 +12,12 @@ LANGS = ("en", "zh")
 LABELS = {
     "en": {"question": "Question", "read": "How to read it", "says": "What the numbers say now",
            "failed": "This section failed", "contents": "Contents", "cached": "reused from the cache",
-           "title": "attnkit report: attention, measured", "notice": "Notice"},
+           "title": "attnkit report: attention, measured", "notice": "Notice",
+           "deeper": "Go deeper", "lesson_run": "a script you can run, or open as a notebook with jupytext"},
     "zh": {"question": "本节回答的问题", "read": "如何读图", "says": "本次运行的数字说明了什么",
            "failed": "本节运行失败", "contents": "目录", "cached": "来自缓存",
-           "title": "attnkit 报告：注意力机制，实测", "notice": "提示"},
+           "title": "attnkit 报告：注意力机制，实测", "notice": "提示",
+           "deeper": "深入学习", "lesson_run": "可直接运行的脚本，也可用 jupytext 作为笔记本打开"},
 }
 
 

@@ -9,6 +9,8 @@ A section is split in two so that one run serves both languages and the cache:
 
 Every section also states the question it answers and how to read its figure (in both languages),
 and may give one row of the closing summary table (``summary(data, ctx, lang) -> (measured, meaning)``).
+``lesson`` names the course lesson that goes deeper (its file name without ``.py`` under
+``docs/course/en`` and ``docs/course/zh``; the page links a copy of it).
 ``modules`` names the code whose source is part of the cache key; ``inputs(ctx)`` the rest of what
 changes the numbers; ``est_s`` the seconds ``compute`` takes per report size (for the ETA).
 """
@@ -41,6 +43,7 @@ class SectionContext:
     runs: Path = Path("runs")
     bench_results: Path | None = None
     committed_results: Path | None = None  # results/<experiment>/<run>/results.json of long runs (None: left out)
+    course: Path | None = None  # the course's folder (docs/course of a checkout; None: lessons named, not linked)
     overrides: dict = field(default_factory=dict)
     run_missing: bool = True
     data: dict = field(default_factory=dict)
@@ -69,6 +72,7 @@ class StorySection:
     summary: Callable[[dict, "SectionContext", str], tuple[str, str] | None] | None = None
     cache: bool = True
     order: float = 1000  # its place on the page (lower = earlier) when a contents list is sorted
+    lesson: str = ""  # the course lesson that goes deeper, e.g. "01_attention_from_scratch"
 
     def heading(self, lang: str) -> str:
         return self.title[1] if lang == "zh" else self.title[0]

@@ -10,6 +10,7 @@ returns 1. A progress line per section says what runs now and how long the rest 
 from __future__ import annotations
 
 import platform
+import shutil
 import sys
 import time
 import traceback
@@ -75,6 +76,7 @@ def write_report(
     run_missing: bool = True,
     bench_results: str | Path | None = "benchmarks/results",
     committed_results: str | Path | None = "results",
+    course: str | Path | None = "docs/course",
     overrides: dict | None = None,
     log: Callable[[str], None] = print,
 ) -> ReportRun:
@@ -86,6 +88,8 @@ def write_report(
     (``results/<experiment>/<run>/results.json``, default ``results`` of the current folder) shown
     beside the quick runs in the experiment sections. ``size="tiny"`` shrinks every measurement to seconds (tests).
     ``overrides`` maps an experiment name to config overrides for runs the report starts.
+    ``course`` is the course's folder (default ``docs/course`` of a checkout): each section's lesson
+    is copied into ``out_dir/course/`` and linked relatively, so the folder can move as a whole.
     """
     check_lang(lang)
     if size not in SIZES:
@@ -93,7 +97,8 @@ def write_report(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     ctx = SectionContext(out=out, size=size, runs=Path(runs or "runs"), bench_results=_folder(bench_results),
-                         committed_results=_folder(committed_results), overrides=dict(overrides or {}), run_missing=run_missing)
+                         committed_results=_folder(committed_results), course=_folder(course), overrides=dict(overrides or {}),
+                         run_missing=run_missing)
     secs = _check_sections(default_sections() if sections is None else sections)
     summary = next((s for s in secs if s.id == "summary"), None)
     secs = [s for s in secs if s.id != "summary"]
@@ -158,7 +163,7 @@ def _run_section(sec: StorySection, ctx: SectionContext, lang: str, force: bool,
                 cache.store(ctx.out, sec.id, key, data, list(data.get("_files", [])))
             eta.computed(sec, time.perf_counter() - t0)
         ctx.data[sec.id] = data
-        body, bad = _frame(sec, lang) + sec.render(data, ctx, lang), False
+        body, bad = _frame(sec, lang) + sec.render(data, ctx, lang) + lesson_link(sec.lesson, ctx, lang), False
         status = f"done in {time.perf_counter() - t0:.1f} s"
     except Exception as e:  # keep the other sections: show the failure in the page
         body = _failure(e, lang) + f"<pre>{esc(traceback.format_exc())}</pre>"
@@ -191,6 +196,31 @@ def _intro(size: str, lang: str) -> str:
                    "prose is generated from the measurements of this run (or from the files it names).</p>",
              "<p>每一节先说明它回答的问题和如何读图；正文中的每个数字都由本次运行的测量结果（或注明的文件）生成。</p>")
     )
+
+
+def _lesson_title(path: Path) -> str:
+    """The lesson's heading: the first markdown title line (``# # Lesson 1 — ...``) of the file."""
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("# # "):
+            return line[4:].strip()
+    return path.stem
+
+
+def lesson_link(lesson: str, ctx: SectionContext, lang: str) -> str:
+    """"Go deeper": the course lesson of a section, copied into the report folder and linked by a
+    relative path (the page and its folder move together); without a course folder, its name only."""
+    if not lesson:
+        return ""
+    src = ctx.course / lang / f"{lesson}.py" if ctx.course is not None else None
+    if src is None or not src.is_file():
+        text = tr(lang, f"course lesson <code>docs/course/en/{esc(lesson)}.py</code> of the attnkit repository",
+                  f"attnkit 仓库中的课程 <code>docs/course/zh/{esc(lesson)}.py</code>")
+    else:
+        dest = Path(ctx.out) / "course" / lang / src.name
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, dest)
+        text = f'<a href="course/{esc(lang)}/{esc(src.name)}">{esc(_lesson_title(src))}</a> ({esc(label(lang, "lesson_run"))})'
+    return f'<p class="deeper"><b>{esc(label(lang, "deeper"))}:</b> {text}</p>'
 
 
 def _frame(sec: StorySection, lang: str) -> str:

@@ -75,7 +75,7 @@ def experiment_section(exp: Experiment) -> StorySection:
         html = ""
         if notice and esc(notice) not in body:  # a data fallback is always visible, once
             html += f'<p class="notice"><b>{esc(label(lang, "notice"))}:</b> {esc(notice)}</p>'
-        return html + body + _source_note(doc, path, lang)
+        return html + body + _source_note(doc, _shown_path(path, Path(ctx.out), Path(ctx.runs)), lang)
 
     def summary(data: dict, ctx: SectionContext, lang: str):
         doc = load_results(data, ctx)
@@ -85,7 +85,8 @@ def experiment_section(exp: Experiment) -> StorySection:
 
     return StorySection(id=name, title=(exp.heading("en"), exp.heading("zh")), question=exp.question,
                         how_to_read=exp.how_to_read, compute=compute, render=render, inputs=inputs,
-                        est_s=dict(exp.est_s), summary=summary, order=exp.report_order if exp.report_order is not None else 1000)
+                        est_s=dict(exp.est_s), summary=summary, order=exp.report_order if exp.report_order is not None else 1000,
+                        lesson=getattr(exp, "lesson", ""))
 
 
 def _missing(exp: Experiment, full: dict, ctx: SectionContext, lang: str) -> str:
@@ -97,11 +98,25 @@ def _missing(exp: Experiment, full: dict, ctx: SectionContext, lang: str) -> str
     return html
 
 
-def _source_note(doc: dict, path: Path, lang: str) -> str:
+def _shown_path(path: Path, out: Path, runs: Path) -> str:
+    """``path`` as the page names it: relative to the report folder, the current folder or the runs
+    folder's parent (``runs/...``), never a machine's absolute path (the page is read elsewhere)."""
+    path = path.resolve()
+    for base in (out.resolve(), Path.cwd().resolve(), runs.resolve().parent):
+        try:
+            return path.relative_to(base).as_posix()
+        except ValueError:
+            continue
+    return Path(*path.parts[-4:]).as_posix()  # experiment/run/results.json under some runs folder
+
+
+def _source_note(doc: dict, path: str, lang: str) -> str:
+    seeds = doc.get("seeds")
+    seeds = ", ".join(map(str, seeds)) if isinstance(seeds, list) else seeds
     return "<p class='note'>" + tr(
-        lang, f"From <code>{esc(path)}</code>: {esc(doc.get('preset', '?'))} preset, seeds {esc(doc.get('seeds'))}, "
+        lang, f"From <code>{esc(path)}</code>: {esc(doc.get('preset', '?'))} preset, seeds {esc(seeds)}, "
               f"{float(doc.get('time_s', 0)):.0f} s, finished {esc(doc.get('finished'))}.",
-        f"数据来自 <code>{esc(path)}</code>：{esc(doc.get('preset', '?'))} 配置，种子 {esc(doc.get('seeds'))}，"
+        f"数据来自 <code>{esc(path)}</code>：{esc(doc.get('preset', '?'))} 配置，种子 {esc(seeds)}，"
         f"用时 {float(doc.get('time_s', 0)):.0f} 秒，完成于 {esc(doc.get('finished'))}。") + "</p>"
 
 

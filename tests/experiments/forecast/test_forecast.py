@@ -90,7 +90,8 @@ def test_committed_runs_are_read_first_in_either_language(reference):
                                           ("zh", "已提交的完整运行：etth1-full", "本报告自己的运行", "测试 MSE（标准化）最低的是")):
         html = F.ForecastExperiment().report(own, reference, lang, full_results={"etth1-full": run}).html
         assert html.index(committed) < html.index(own_run) < html.index("9.0000 ± "), lang
-        assert html.count(said) == 2 and html.count("<img") == 4, lang
+        # the committed run leads (main flow), then folded: its every table and figure, then the report's own run
+        assert html.count(said) == 3 and html.count("<img") == 6, lang
     measured, meaning = summary_row(own, "zh", full_results={"etth1-full": run})
     assert measured.startswith("etth1-full in64_h8：最好 ") and "9.000" not in measured  # the committed run, not the quick one
     assert "种子" in meaning

@@ -123,7 +123,7 @@ def test_the_documented_example_runs_as_a_new_folder(copy, tmp_path):
     accs = res["val_acc"]["0"]
     assert len(accs) == 4 and res["chance"] == 1 / 8
     assert accs[-1] > 2 * res["chance"]  # the one attention hop is learned well above chance at the quick size
-    assert shown["failed"] == [] and shown["ids"][-2:] == ["copy_first", "summary"]
+    assert shown["failed"] == [] and "copy_first" in shown["ids"] and shown["ids"][-1] == "summary"
     assert "<h2>Reading the first token</h2>" in page and 'alt="validation accuracy"' in page
     assert f"<td>accuracy {accs[-1]:.2f} (chance 0.12)</td>" in page
 

@@ -22,4 +22,6 @@ def test_minilm_maps_section_embeds_the_viewer_and_the_focus_table(tmp_path):
     html = exp.report(Results(exp.run(ctx), Path(tmp_path), {}), Path(tmp_path), "en").html
     assert '<iframe src="viz/attention.html"' in html
     assert (tmp_path / "viz" / "attention.html").exists()
-    assert "Where it (position 10) attends" in html and "head 11: animal" in html
+    assert "Where <q>it</q> (position 10) looks" in html and "head 11: animal" in html
+    # under the table, what it shows, read from its numbers: "it" settles on "animal" from layer 3 on
+    assert "From layer 3 on, <q>it</q> gives its largest weight among the words of the sentence to <q>animal</q>" in html

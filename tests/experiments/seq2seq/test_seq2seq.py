@@ -173,7 +173,10 @@ def test_committed_runs_are_read_first_then_the_quick_run_and_the_papers(dates_r
         html = section(trained(doc["results"]), out, lang, full_results={"bible-full": committed}).html
         at_full, at_quick = html.index("bible-full"), html.index(own)
         assert at_full < html.index("30.0") < at_quick  # the committed run's numbers come first
-        assert html.count("<table>") == 3 + 4 + 1  # committed: 2 metrics + sizes; quick: 2 metrics + sizes + examples; papers
+        # overview of the committed runs; committed: 2 metrics + sizes; quick: 2 metrics + sizes + examples; papers
+        assert html.count("<table>") == 1 + 3 + 4 + 1
+        heading = html.index("Committed full run: bible-full" if lang == "en" else "已提交的完整运行：bible-full")
+        assert html.index("bible-full shows the bottleneck" if lang == "en" else "bible-full 显示了瓶颈") < heading < at_quick
         assert "26.75" in html and "17.82" in html and "19.00" in html and "14.00" in html
     alone = section(doc["results"], out).html
     assert "This report’s own run" not in alone and "26.75" in alone

@@ -35,3 +35,13 @@ def test_apply_keeps_what_the_user_set():
     out = sz.apply(cfg, s, {"lr"})
     assert out["lr"] == 0.5 and out["params"] == s["params"] and out["epochs"] == s["epochs"] and out["other"] == 1
     assert cfg["epochs"] == 6  # the input is not changed
+
+
+def test_sized_runs_warm_up_decay_and_batch_by_length():
+    s = sz.size_for(_pairs(5000, 39))
+    assert s["schedule"] == "cosine" and s["batching"] == "length" and s["lr_floor"] == sz.LR_FLOOR
+    assert s["warmup"] == max(1, int(sz.WARMUP_FRACTION * s["steps"])) and 0 < s["warmup"] < s["warmup_transformer"]
+    text = sz.describe(s)
+    assert f"warm-up {s['warmup']} updates" in text and "cosine" in text and "length-sorted" in text
+    out = sz.apply({"schedule": "constant", "batching": "random"}, s, {"batching"})
+    assert out["schedule"] == "cosine" and out["batching"] == "random"  # the user's batching is kept

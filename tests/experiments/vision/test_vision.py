@@ -148,7 +148,7 @@ def test_chinese_prose_has_the_same_numbers_and_tables(tmp_path):
     assert len(CJK.findall(zh)) > 200 and not CJK.search(en)
 
 
-def test_the_committed_fashion_mnist_run_says_no_attention_beat_resnet_beyond_noise():
+def test_the_committed_fashion_mnist_run_says_no_attention_beat_resnet_beyond_noise(tmp_path):
     runs = committed_runs("vision", REPO_RESULTS)
     if "full" not in runs:
         pytest.skip("results/vision/full is not in this checkout")
@@ -156,7 +156,7 @@ def test_the_committed_fashion_mnist_run_says_no_attention_beat_resnet_beyond_no
     v = full["verdict"]
     assert not any(v[n]["label"] == "helped" for n in ("se", "eca", "cbam", "mhsa") if n in v)  # the data, read again
     for lang, claim in (("en", "None of the attention modules beat the plain network"), ("zh", "没有任何注意力模块")):
-        html = section(full, REPO_RESULTS, lang, full_results=runs).html
+        html = section(full, tmp_path, lang, full_results=runs).html  # the page's folder: figures are drawn there, not in results/
         assert claim in html
         for m in full["models"].values():  # every mean ± std comes from the JSON
             assert f"{100 * m['acc']['mean']:.2f}% ± {100 * m['acc']['std']:.2f}%" in html

@@ -95,7 +95,7 @@ from __future__ import annotations
 
 import torch
 
-from ...core.call import AttentionCall, _count
+from ...core.call import AttentionCall, _count, _with_sinks
 from ...core.output import AttentionOutput, BackendResult, Report, materialized
 from ...core.masks import from_cache_key
 from ..nonfinite import needs_exact, run_exact
@@ -191,7 +191,8 @@ def blockwise_attention(
         path = "the reference's computation (non-finite inputs)"
     report = Report("blockwise", f"called directly (blockwise_attention); path: {path}", materialized=res.materialized,
                     fully_masked_rows=_count(res.fully_masked_rows))
-    return AttentionOutput(res.out, res.weights, res.lse, report)
+    result = AttentionOutput(res.out, res.weights, res.lse, report)
+    return _with_sinks(call, result) if call.sinks is not None else result  # as attnkit.attention applies them
 
 
 def _blockwise(call: AttentionCall, block_q: int | None, block_kv: int | None, seed: int | None) -> BackendResult:
@@ -251,7 +252,7 @@ def _blockwise(call: AttentionCall, block_q: int | None, block_kv: int | None, s
         weights = _weights(plan, qx, kx, lse).to(v.dtype)
         mats.append(materialized("weights", weights))
     # a tensor, not int(): reading it would break torch.compile graphs and torch.func.vmap
-    return BackendResult(out, weights, lse, torch.isneginf(lse).sum(), mats)
+    return BackendResult(out, weights, lse, torch.isneginf(lse).sum(), mats, route="Python tile loop")
 
 
 def run(call: AttentionCall) -> BackendResult:

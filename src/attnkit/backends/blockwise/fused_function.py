@@ -18,13 +18,15 @@ in float32, but multiplies P by V with P rounded to bf16, as SDPA does on CPU; s
 error is SDPA's own (the tile loop's is smaller: it upcasts everything). Gradients that several
 calls contribute to (overlapping windows, segments) are summed in float32.
 
-Gradients: in float64, the backward ops fed the global out and lse. Below float64 the call is re-run
-on the tile loop under autograd instead: the kernel's backward rebuilds the weights from a rounded lse
-with a fast exp (and sums half gradients in half), which the differential fuzz measured beyond the
-flash-attention rule; the tile loop's gradients are within it. The same re-run serves the two cases
-the backward op has no input for at any precision: a gradient flowing into the returned ``lse``
-(:math:`dS = P (dP - D + d\mathrm{lse})`), and double backward (``create_graph=True``), which the
-tile loop then serves or refuses with its own error. The re-run repeats the forward once.
+Gradients: in float64, the backward ops fed the global out and lse. Below float64, and for a
+gradient flowing into the returned ``lse`` (:math:`dS = P (dP - D + d\mathrm{lse})`, which the backward
+op has no input for), the tile loop's backward runs once (:mod:`.fused_grad`), fed the kernel's lse
+as the row shift and the row sums recomputed with that shift, so the rounded float32 lse's error
+cancels; the forward is not repeated. The kernel's own backward rebuilds the weights with its own
+score GEMM and a fast exp and sums half gradients in half: measured up to 9x the reference's own
+float32 error on scores of magnitude ~50, and 80x in bf16 dq; the tile loop's backward is within 2x.
+Double backward (``create_graph=True``) re-runs the call on the tile loop under autograd, which
+then serves or refuses it with its own error.
 
 Shape legend: B batch, H query heads, Hkv key/value heads, L queries, S keys, E head dim.
 """
@@ -45,6 +47,7 @@ from ..tiling import default_tiles
 from .fused_band import Band, band_backward, band_forward, band_of
 from .fused_causal import dense_backward, dense_forward
 from .fused_gate import available
+from .fused_grad import kernel_lse_grads
 from .fused_tiles import Segments, segments_of, tiles_backward, tiles_forward
 
 __all__ = ["FusedRoute", "route_of", "run_fused", "PATH_NAMES"]
@@ -137,20 +140,24 @@ class _FusedFunction(torch.autograd.Function):
     def backward(ctx, dout, dlse):
         q, k, v, out, lse = ctx.saved_tensors
         need = ctx.needs_input_grad[2:5]
-        # the kernel's backward rebuilds the weights from a rounded lse with a fast exp and sums half
-        # gradients in half: the differential fuzz measured up to 11x (float32 dv) and 80x (bf16 dq) the
-        # reference's own error, so below float64 the gradients come from the tile loop (within 2x)
-        if dlse is not None or torch.is_grad_enabled() or q.dtype != torch.float64:
+        if torch.is_grad_enabled():  # double backward: the tile loop under autograd serves or refuses it
             return (None, None, *_tile_loop_grads(ctx.python, q, k, v, dout, dlse, need))
-        if dout is None:
+        # the kernel's backward rebuilds the weights with its own score GEMM and a fast exp and sums half
+        # gradients in half: up to 9x the reference's own float32 error on scores of |s| ~ 50 (even with dO
+        # rescaled for the rounded lse), 80x in bf16 dq; so below float64 (and for a gradient on lse) the
+        # tile loop's backward runs once, fed the kernel's lse and row sums recomputed from it (:mod:`.fused_grad`)
+        if dout is None and dlse is None:
             return None, None, None, None, None
+        if dlse is not None or q.dtype != torch.float64:
+            grads = kernel_lse_grads(q, k, v, out, lse, dout, dlse, need, ctx.route.mask, ctx.route.scale)
+            return (None, None, *grads)
         qc, kc, vc = (_lastdim_contiguous(t) for t in (q, k, v))
         dq, dk, dv = ctx.route.backward(dout.contiguous(), qc, kc, vc, out, lse)
         return None, None, *(g if n else None for g, n in zip((dq, dk, dv), need))
 
 
 def _tile_loop_grads(python: Callable, q, k, v, dout, dlse, need):
-    """Gradients by re-running the call on the tile loop under autograd (below float64, dlse, double backward)."""
+    """Gradients by re-running the call on the tile loop under autograd (double backward only)."""
     create_graph = torch.is_grad_enabled()
     with torch.enable_grad():
         out, lse = python(q, k, v)
@@ -167,7 +174,7 @@ def _tile_loop_grads(python: Callable, q, k, v, dout, dlse, need):
 
 def run_fused(call, route: FusedRoute, tile_loop: Callable) -> BackendResult:
     """Run ``call`` on ``route``. ``tile_loop(call, block_q, block_kv, seed)`` is the blockwise tile
-    loop, which serves the gradients below float64 and the two cases the backward op cannot serve."""
+    loop, re-run under autograd only for double backward."""
 
     def python(q, k, v):
         bq, bk = default_tiles(call.mask, call.q.shape[2], call.k.shape[2], call.q.dtype, call.q.device)
@@ -175,4 +182,4 @@ def run_fused(call, route: FusedRoute, tile_loop: Callable) -> BackendResult:
         return res.out, res.lse
 
     out, lse = _FusedFunction.apply(route, python, call.q, call.k, call.v)
-    return BackendResult(out, None, lse, torch.isneginf(lse).sum(), [])
+    return BackendResult(out, None, lse, torch.isneginf(lse).sum(), [], route=PATH_NAMES[route.kind])

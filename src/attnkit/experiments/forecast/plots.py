@@ -12,8 +12,6 @@ Shape legend: N windows, T_in input length, T_out horizon.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import torch
 
@@ -111,27 +109,38 @@ def lag_rhythm(mean_weight_by_lag, lags_of_interest: dict | None = None) -> dict
     return {"period": period, "autocorr": strength, "peak_lags": peaks, "median": med, "neighbours": near}
 
 
-def save_attention_plot(ctx, att: dict, relpath: str) -> None:
+def attention_figure(att: dict, lang: str = "en"):
+    """The LSTM's temporal attention: the (forecast step, input step) mean weights, and the weight by
+    lag with the uniform level and the lags of interest marked (in ``lang``)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    t = lambda en, zh: zh if lang == "zh" else en  # noqa: E731
     heat = np.array(att["heatmap"])
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(13, 4.5), gridspec_kw={"width_ratios": [1.1, 1]})
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4.5), gridspec_kw={"width_ratios": [1.1, 1]}, constrained_layout=True)
     im = a1.imshow(heat, aspect="auto", cmap="viridis")
-    a1.set(xlabel="input step s (oldest → newest)", ylabel="forecast step t", title="lstm_attention: mean weight")
-    fig.colorbar(im, ax=a1)
+    a1.set(xlabel=t("input step s (oldest → newest)", "输入步 s（最早 → 最新）"), ylabel=t("forecast step t", "预测步 t"),
+           title=t("lstm_attention: mean weight", "lstm_attention：平均权重"))
+    fig.colorbar(im, ax=a1, label=t("mean attention weight", "平均注意力权重"))
     by_lag = np.array(att["mean_weight_by_lag"])
     a2.plot(np.arange(1, len(by_lag) + 1), by_lag, lw=1)
-    a2.axhline(att["uniform_weight"], color="grey", ls=":", label="uniform 1/T_in")
+    a2.axhline(att["uniform_weight"], color="grey", ls=":", label=t("uniform 1/T_in", "均匀 1/T_in"))
+    names = {"daily": "日", "weekly": "周"}
     for name, d in att["lags_of_interest"].items():
         a2.axvline(d["lag"], color="tab:red", ls="--", lw=0.8)
-        a2.text(d["lag"], a2.get_ylim()[1] * 0.95, f" {name} ({d['lag']})", color="tab:red", fontsize=8, va="top")
-    a2.set(xlabel="lag (forecast step − input step)", ylabel="mean attention weight", title="attention versus lag")
+        # x in data units, y as a fraction of the axes: the label stays inside whatever the weights' range
+        a2.text(d["lag"], 0.97, f" {t(name, names.get(name, name))} ({d['lag']})", color="tab:red", fontsize=8, va="top",
+                transform=a2.get_xaxis_transform())
+    a2.set(xlabel=t("lag (forecast step − input step)", "滞后（预测步 − 输入步）"), ylabel=t("mean attention weight", "平均注意力权重"),
+           title=t("attention versus lag", "注意力与滞后"))
     a2.legend(fontsize=8)
-    fig.tight_layout()
-    ctx.save_figure(fig, relpath)
+    return fig
+
+
+def save_attention_plot(ctx, att: dict, relpath: str) -> None:
+    ctx.save_figure(attention_figure(att), relpath)
 
 
 def save_forecast_plot(ctx, data, preds: dict[str, torch.Tensor], idx: list[int], relpath: str) -> None:
@@ -143,20 +152,24 @@ def save_forecast_plot(ctx, data, preds: dict[str, torch.Tensor], idx: list[int]
 
     ch = len(data.targets) - 1  # the last forecast channel: the target column by convention
     name = data.target_names[ch]
-    fig, axes = plt.subplots(len(idx), 1, figsize=(12, 3.2 * len(idx)), squeeze=False)
+    fig, axes = plt.subplots(len(idx), 1, figsize=(12, 3.2 * len(idx)), squeeze=False, constrained_layout=True)
+    styles = ["-", "--", "-.", ":"]
+    markers = ["o", "s", "^", "D", "v", "P", "X"]
     for ax, i in zip(axes[:, 0], idx):
         past, _, target = data.test[i]
         T_in, T_out = past.shape[0], target.shape[0]
         show = min(T_in, 3 * T_out)
         hist = data.to_original(past[-show:, data.targets])[:, ch].numpy()
         ax.plot(np.arange(-show, 0), hist, color="black", lw=1, label="history")
-        ax.plot(np.arange(T_out), data.to_original(target)[:, ch].numpy(), color="black", lw=2, label="truth")
-        for model, p in preds.items():  # p: (len(idx), T_out, C_out), scaled
-            ax.plot(np.arange(T_out), data.to_original(p[idx.index(i)])[:, ch].numpy(), lw=1, label=model)
+        ax.axvspan(-0.5, T_out - 0.5, color="#f3f3f3", zorder=0)  # the forecast horizon, shaded
+        ax.plot(np.arange(T_out), data.to_original(target)[:, ch].numpy(), color="black", lw=2.5, label="truth")
+        for k, (model, p) in enumerate(preds.items()):  # p: (len(idx), T_out, C_out), scaled; one colour, dash and marker each
+            ax.plot(np.arange(T_out), data.to_original(p[idx.index(i)])[:, ch].numpy(), lw=1.3, color=f"C{k}",
+                    ls=styles[k % len(styles)], marker=markers[k % len(markers)], markevery=max(1, T_out // 6), ms=4, label=model)
         ax.set(ylabel=name, title=f"test window {i}")
-    axes[0, 0].legend(fontsize=7, ncol=4)
-    axes[-1, 0].set_xlabel("steps relative to the forecast origin")
-    fig.tight_layout()
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncols=min(len(labels), 5), fontsize=9, frameon=False)
+    axes[-1, 0].set_xlabel("steps relative to the forecast origin (shaded: the forecast horizon)")
     ctx.save_figure(fig, relpath)
 
 

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ...page.html import esc, png_img, table
+from ...page.html import details, esc, figure, so_what, table
 from ...page.i18n import tr
-from ..lab.committed import committed_first
+from ..lab.committed import describe_run
 from ..lab.results import Section
-from .plots import lag_rhythm
+from .plots import lag_rhythm, published_for
 
 
 ATTENTION_MODELS = ("lstm_attention", "transformer", "patch_transformer")
@@ -104,19 +104,28 @@ def _n_params(models: dict, best: str, lang: str = "en") -> str:
 _LAG_ZH = {"daily": "日", "weekly": "周"}
 
 
+def _list(values, lang: str) -> str:
+    """Numbers as words read them: "9, 33 and 57" (not a Python list)."""
+    v = [str(x) for x in values]
+    if len(v) < 2:
+        return "".join(v)
+    return "、".join(v) if lang == "zh" else ", ".join(v[:-1]) + " and " + v[-1]
+
+
 def lag_sentence(att: dict, lang: str = "en") -> str:
     """What the attention-versus-lag plot shows, from the numbers it is drawn from: the rhythm of the
     profile (period between its peaks) and, for each lag of interest, its weight against its
     neighbours. "Stands out": at least 1.5x the median lag's weight and in the upper half of its
     neighbours' range (a flat profile gives 1.0x; a lag in a trough of the rhythm sits in the lower half)."""
     rh = lag_rhythm(att["mean_weight_by_lag"], att.get("lags_of_interest"))
-    peaks = rh["peak_lags"][:8]
+    peaks_en, peaks_zh = _list(rh["peak_lags"][:8], "en"), _list(rh["peak_lags"][:8], "zh")
+    top_en, top_zh = _list(att["top_lags"], "en"), _list(att["top_lags"], "zh")
     named = {d["lag"]: n for n, d in att.get("lags_of_interest", {}).items()}
     if rh["period"] and rh["autocorr"] >= 0.3:
         n = next((named[L] for L in (rh["period"] - 1, rh["period"], rh["period"] + 1) if L in named), None)
         first = tr(lang, f"the weight rises and falls with a period of {rh['period']} steps (autocorrelation {rh['autocorr']:.2f} at "
-                         f"that shift; peaks at lags {peaks})" + (f", the {n} period" if n else ""),
-                   f"权重以 {rh['period']} 步为周期起伏（该间隔处的自相关为 {rh['autocorr']:.2f}；峰值位于滞后 {peaks}）"
+                         f"that shift; peaks at lags {peaks_en})" + (f", the {n} period" if n else ""),
+                   f"权重以 {rh['period']} 步为周期起伏（该间隔处的自相关为 {rh['autocorr']:.2f}；峰值位于滞后 {peaks_zh}）"
                    + (f"，即{_LAG_ZH.get(n, n)}周期" if n else ""))
     else:
         first = tr(lang, f"the weight has no regular rhythm (autocorrelation {rh['autocorr']:.2f} at the typical peak spacing)",
@@ -137,9 +146,9 @@ def lag_sentence(att: dict, lang: str = "en") -> str:
                         f"是滞后权重中位数的 {d['ratio_to_median']:.1f} 倍，在相邻滞后中{where_zh}（滞后 {nb['from']}–{nb['to']} "
                         f"从滞后 {nb['min_lag']} 的 {nb['min']:.4f} 到滞后 {nb['max_lag']} 的 {nb['max']:.4f}）"))
     return tr(lang, "Attention versus lag — " + "; ".join(parts) + f"; uniform would be {att['uniform_weight']:.4f}; "
-                    f"the five heaviest lags are {att['top_lags']}.",
+                    f"the five heaviest lags are {top_en}.",
               "注意力与滞后 —— " + "；".join(parts) + f"；均匀分布时为 {att['uniform_weight']:.4f}；"
-              f"权重最大的五个滞后是 {att['top_lags']}。")
+              f"权重最大的五个滞后是 {top_zh}。")
 
 
 def reading(setting: dict, data_name: str, lang: str = "en") -> list[str]:
@@ -188,48 +197,164 @@ def reading(setting: dict, data_name: str, lang: str = "en") -> list[str]:
     return out
 
 
-def settings_html(results: dict, run_dir: Path, lang: str) -> str:
-    """Per setting: the table, the published rows, the reading and the run's figures."""
-    data = results.get("data", {})
-    html = [tr(lang, f"<p>Data: {esc(data.get('name'))} ({esc(data.get('source'))}), {data.get('rows')} rows. MSE/MAE on the scaled "
-                     "test split (the published tables' convention); the scaler was fitted on the training rows only and early "
-                     "stopping read the validation split only.</p>",
-               f"<p>数据：{esc(data.get('name'))}（{esc(data.get('source'))}），{data.get('rows')} 行。MSE/MAE 在标准化后的测试集上"
-               "计算（与论文表格的约定相同）；标准化只用训练行拟合，早停只读验证集。</p>")]
+POLICY = {"strict": ("every window lies inside one split", "每个窗口完全落在同一个划分内"),
+          "standard": ("as the published code: a test window's input may start in the previous split",
+                       "与论文代码相同：测试窗口的输入可以从上一个划分开始")}
+
+
+def _data_line(data: dict, lang: str) -> str:
+    """The data set in one sentence: its name, where it comes from (a file's name, never a machine's path) and its size."""
+    src = str(data.get("source") or "")
+    if src.startswith(("/", ".", "~")) or "\\" in src:
+        src = Path(src).name
+    return tr(lang, f"<p>Data: {esc(data.get('name'))} ({esc(src)}), {data.get('rows'):,} rows. MSE/MAE on the scaled "
+                    "test split (the published tables' convention); the scaler was fitted on the training rows only and early "
+                    "stopping read the validation split only.</p>",
+              f"<p>数据：{esc(data.get('name'))}（{esc(src)}），{data.get('rows'):,} 行。MSE/MAE 在标准化后的测试集上"
+              "计算（与论文表格的约定相同）；标准化只用训练行拟合，早停只读验证集。</p>")
+
+
+def _setting_title(st: dict, lang: str) -> str:
+    w = st["windows"]
+    pol = POLICY.get(w["policy"], (w["policy"], w["policy"]))[lang == "zh"]
+    return tr(lang, f"input {st['input_len']} steps, forecast {st['horizon']} steps ({w['train']:,} training / {w['test']:,} test windows; {pol})",
+              f"输入 {st['input_len']} 步，预测 {st['horizon']} 步（{w['train']:,} 个训练窗口 / {w['test']:,} 个测试窗口；{pol}）")
+
+
+def _main_table(st: dict, lang: str) -> str:
+    rows = [[n, m["seeds"], _pm(m, "mse"), _pm(m, "mae"), f"{int(m['params']['mean']):,}"] for n, m in st["models"].items()]
+    return table(["模型", "种子数", "MSE（均值 ± 标准差）", "MAE（均值 ± 标准差）", "参数量"] if lang == "zh" else
+                 ["model", "seeds", "MSE (mean ± std)", "MAE (mean ± std)", "params"], rows)
+
+
+def _full_table(st: dict, lang: str) -> str:
+    orig = [k for k in next(iter(st["models"].values()), {}) if k.startswith(("mse_orig", "mae_orig"))]
+    rows = [[n, m["seeds"], _pm(m, "mse"), _pm(m, "mae"), *(_pm(m, k) for k in orig), int(m["params"]["mean"]),
+             f"{m['train_s']['mean']:.1f}", f"{m['epochs']['mean']:.1f}" if "epochs" in m else "—"] for n, m in st["models"].items()]
+    cols = [k.replace("mse_orig[", "MSE ").replace("mae_orig[", "MAE ").rstrip("]") for k in orig]
+    head = (["模型", "种子数", "MSE", "MAE", *cols, "参数量", "训练秒数", "epoch 数"] if lang == "zh" else
+            ["model", "seeds", "MSE", "MAE", *cols, "params", "train s", "epochs"])
+    note = tr(lang, "Columns named after a data column (e.g. MSE OT) are that column's error in its original units, before scaling.",
+              "以数据列命名的列（如 MSE OT）是该列在原始单位下（标准化之前）的误差。") if orig else ""
+    return table(head, rows) + (f"<p class='note'>{esc(note)}</p>" if note else "")
+
+
+def _images(run_dir: Path, key: str, st: dict, lang: str, dest: Path | None = None) -> str:
+    """The run's forecast figure, and its attention figure drawn again from the numbers in both
+    languages under ``dest`` (beside the page) when given, else the run's own."""
+    html = "".join(figure(run_dir / img, img, lang) for img in (f"forecast_{key}.png",) if (run_dir / img).is_file())
+    lag = run_dir / f"attention_lag_{key}.png"
+    if dest is not None and (st.get("attention") or {}).get("heatmap"):
+        from ...page.figures import save_both
+        from .plots import attention_figure
+
+        lag = save_both(dest / lag.name, lambda lg: attention_figure(st["attention"], lg))[0]
+    return html + (figure(lag, lag.name, lang) if lag.is_file() else "")
+
+
+def settings_html(results: dict, run_dir: Path, lang: str, dest: Path | None = None) -> str:
+    """Per setting: the full table (original-unit columns included), the published rows, the reading and the
+    figures (attention figures drawn again in both languages under ``dest`` when given)."""
+    html = [_data_line(results.get("data", {}), lang)]
     for key, st in results.get("settings", {}).items():
-        w = st["windows"]
-        html.append("<h4>" + tr(lang, f"input {st['input_len']}, horizon {st['horizon']}, features {esc(st['features'])} "
-                                      f"({w['train']} training / {w['test']} test windows, policy {esc(w['policy'])})",
-                                f"输入 {st['input_len']}，预测长度 {st['horizon']}，features {esc(st['features'])}"
-                                f"（{w['train']} 个训练窗口 / {w['test']} 个测试窗口，策略 {esc(w['policy'])}）") + "</h4>")
-        orig = [k for k in next(iter(st["models"].values()), {}) if k.startswith("mse_orig")]
-        rows = [[n, m["seeds"], _pm(m, "mse"), _pm(m, "mae"), *(_pm(m, k) for k in orig), int(m["params"]["mean"]),
-                 f"{m['train_s']['mean']:.1f}", f"{m['epochs']['mean']:.1f}" if "epochs" in m else "—"] for n, m in st["models"].items()]
-        head = (["模型", "种子数", "MSE", "MAE", *orig, "参数量", "训练秒数", "epoch 数"] if lang == "zh" else
-                ["model", "seeds", "MSE", "MAE", *orig, "params", "train s", "epochs"])
-        html.append(table(head, rows))
+        html.append("<h4>" + esc(_setting_title(st, lang)) + "</h4>" + _full_table(st, lang))
         if st.get("published"):
-            html.append(table(["论文中的模型", "输入长度", "MSE", "MAE", "出处"] if lang == "zh" else
-                              ["published model", "input length", "MSE", "MAE", "source"],
-                              [[r["model"], r["input_len"], r["mse"], r["mae"] if r["mae"] is not None else "—", r["source"]]
-                               for r in st["published"]]))
-            html.append(f"<p class='note'>{esc(tr(lang, *CONVENTION))}</p>")
-        html.append("<ul>" + "".join(f"<li>{esc(s)}</li>" for s in reading(st, data.get("name", ""), lang)) + "</ul>")
-        for img in (f"forecast_{key}.png", f"attention_lag_{key}.png"):
-            if (run_dir / img).is_file():
-                html.append(png_img(run_dir / img, img))
+            html.append(_published_table(st, lang, results.get("data", {}).get("name", "")))
+        html.append("<ul>" + "".join(f"<li>{esc(s)}</li>" for s in reading(st, results.get("data", {}).get("name", ""), lang)) + "</ul>")
+        html.append(_images(run_dir, key, st, lang, dest))
     return "\n".join(html)
+
+
+_SOURCE_ZH = {"input-96 re-runs in later benchmark tables, a secondary quotation; not checked against a primary table here, MAE not quoted":
+              "后来的基准表格中输入长度 96 的重跑结果，属二手引用；此处未与原始表格核对，未引用 MAE"}
+
+
+def _source(text: str, lang: str) -> str:
+    return _SOURCE_ZH.get(text, text) if lang == "zh" else text
+
+
+def _published_table(st: dict, lang: str, data_name: str = "") -> str:
+    # the citations as this version states them (a run stores the ones of its day); the same numbers
+    current = {(r["model"], r["input_len"], r["mse"]): r["source"]
+               for r in published_for(data_name, st.get("features", "M"), st["input_len"], st["horizon"])}
+    rows = [[r["model"], r["input_len"], r["mse"], r["mae"] if r["mae"] is not None else "—",
+             _source(current.get((r["model"], r["input_len"], r["mse"]), r["source"]), lang)] for r in st["published"]]
+    return (table(["论文中的模型", "输入长度", "MSE", "MAE", "出处"] if lang == "zh" else ["published model", "input length", "MSE", "MAE", "source"], rows)
+            + f"<p class='note'>{esc(tr(lang, *CONVENTION))}</p>")
+
+
+def _lead(results, full_results: dict | None):
+    """The run and setting the section leads with: the first committed run (3 seeds, full length), else this run."""
+    if full_results:
+        name, run = next(iter(full_results.items()))
+        return name, run, Path(run.run_dir)
+    return None, results, Path(getattr(results, "run_dir", "."))
+
+
+def _so_what(st: dict, lang: str) -> str:
+    models = st["models"]
+    lstm = _verdict(models["lstm"]["mse"], models["lstm_attention"]["mse"], min(models["lstm"]["seeds"], models["lstm_attention"]["seeds"])) \
+        if "lstm" in models and "lstm_attention" in models else None
+    first = (tr(lang, "Temporal attention helped the LSTM here. ", "这里时间注意力帮助了 LSTM。") if lstm == "better" else
+             tr(lang, "Temporal attention did not make the LSTM clearly better here. ", "这里时间注意力没有让 LSTM 明显变好。") if lstm else "")
+    return so_what(lang, first + tr(
+        lang,
+        "In forecasting, attention has to earn its cost against simple baselines: a linear model over the input window and "
+        "\"repeat the last day\" are strong on series with a daily rhythm. The lag plot shows which past steps the attention "
+        "weighs, which is a description of the model, not proof that those steps cause the forecast.",
+        "在预测任务中，注意力必须在简单基线面前证明它值得付出的代价：对输入窗口做线性回归、以及“重复前一天”，"
+        "在有日周期的序列上都很强。滞后图显示注意力给哪些过去的时间步更大的权重，这是对模型的描述，而不是这些时间步决定了预测的证明。"))
+
+
+def _glance(runs: list[tuple[str, dict]], lang: str) -> str:
+    """One row per (run, setting): the best model and the LSTM with and without attention."""
+    rows = []
+    for name, res in runs:
+        for key, st in res.get("settings", {}).items():
+            ms = st["models"]
+            best = min(ms, key=lambda n: ms[n]["mse"]["mean"])
+            rows.append([name or tr(lang, "this report's run", "本报告的运行"), res.get("data", {}).get("name", ""), key,
+                         f"{best} {ms[best]['mse']['mean']:.4f}", _pm(ms["lstm"], "mse") if "lstm" in ms else "—",
+                         _pm(ms["lstm_attention"], "mse") if "lstm_attention" in ms else "—",
+                         _pm(ms["dlinear"], "mse") if "dlinear" in ms else "—"])
+    return table([tr(lang, "run", "运行"), tr(lang, "data", "数据"), tr(lang, "setting (in/out steps)", "设置（输入/预测步数）"),
+                  tr(lang, "lowest MSE", "最低 MSE"), "LSTM", tr(lang, "LSTM + attention", "LSTM + 注意力"), "DLinear"], rows)
 
 
 def section(results, out_dir, lang: str = "en", full_results: dict | None = None):
     run_dir = Path(getattr(results, "run_dir", out_dir))
-    parts = committed_first(full_results, lambda run, d: settings_html(run, d, lang), lang, (
-        "A smaller replication, run now (fewer windows, epochs and seeds, so noisier): read the claims above from the committed runs.",
-        "现在运行的一个较小规模的重复实验（窗口、epoch 和种子更少，因此噪声更大）：结论请以上面已提交的运行为准。"))
-    parts.append(settings_html(results, run_dir, lang))
+    name, lead, lead_dir = _lead(results, full_results)
+    key, st = next(iter(lead["settings"].items()))
+    data = lead.get("data", {})
+    parts = []
+    if name:
+        parts.append(f"<p class='note'>{esc(describe_run(name, lead, lang))}.</p>")
+    parts.append(_data_line(data, lang))
+    parts.append("<p><b>" + esc(_setting_title(st, lang)) + ".</b> " + " ".join(esc(x) for x in reading(st, data.get("name", ""), lang)
+                                                                              if not x.startswith(("Attention versus lag", "注意力与滞后", "Published", "论文中"))) + "</p>")
+    parts.append(_main_table(st, lang))
+    figs = Path(out_dir) / "figures" / "forecast"
+    parts.append(_images(lead_dir, key, st, lang, figs / (name or "report-run")))
+    if st.get("attention"):
+        parts.append("<p>" + esc(lag_sentence(st["attention"], lang)) + "</p>")
+    if "lstm" in st["models"] and "lstm_attention" in st["models"]:
+        parts.append(_so_what(st, lang))
+    else:
+        parts.append(so_what(lang, tr(lang, "Attention has to earn its cost against simple baselines.", "注意力必须在简单基线面前证明它值得付出的代价。")))
+    for n, r in (full_results or {}).items():
+        quick = r.meta.get("preset") == "quick"
+        parts.append(details(tr(lang, f"Committed {'quick' if quick else 'full'} run: {n} — every model, column and figure",
+                                f"已提交的{'快速' if quick else '完整'}运行：{n}——全部模型、列与图"),
+                             f"<p class='note'>{esc(describe_run(n, r, lang))}.</p>" + settings_html(r, Path(r.run_dir), lang, figs / n)))
+    if full_results:
+        own = "<p>" + tr(lang, "A smaller replication, run now (fewer windows, epochs and seeds, so noisier): read the claims above from the committed runs.",
+                         "现在运行的一个较小规模的重复实验（窗口、epoch 和种子更少，因此噪声更大）：结论请以上面已提交的运行为准。") + "</p>"
+        parts.append(details(tr(lang, "This report’s own run", "本报告自己的运行"), own + settings_html(results, run_dir, lang, figs / "report-run")))
+    runs = [(n, r) for n, r in (full_results or {}).items()] + [("", results)]
+    parts.append(details(tr(lang, "Every run and setting at a glance", "所有运行与设置一览"), _glance(runs, lang)))
     title = tr(lang, "Forecasting: LSTM, LSTM + temporal attention, Transformers and baselines",
                "预测：LSTM、带时间注意力的 LSTM、Transformer 与基线")
-    return Section(title, "\n".join(parts))
+    return Section(title, "\n".join(p for p in parts if p))
 
 
 def summary_row(results: dict, lang: str = "en", full_results: dict | None = None) -> tuple[str, str]:

@@ -235,10 +235,13 @@ class ForecastExperiment(Experiment):
     question = ("Does attention over past time steps improve a forecast, compared with simple baselines?",
                 "与简单基线相比，对过去时间步的注意力能改进预测吗？")
     how_to_read = (
-        "Lower error is better; the attention-by-lag plot shows which past steps the decoder weighs (peaks at daily or weekly "
-        "lags mean it found the seasonality).",
-        "误差越低越好；按滞后画出的注意力图显示解码器看重哪些过去的时间步（在日或周滞后处出现峰值说明它找到了季节性）。")
+        "Lower error is better. The first figure shows a few test windows: the past in black, the truth in bold, each model's "
+        "forecast in its own colour. The attention figure shows which past steps the LSTM's attention weighs, by "
+        "position and by lag (a rise and fall every 24 steps is the daily rhythm).",
+        "误差越低越好。第一幅图展示几个测试窗口：黑色是过去，粗线是真实值，每个模型的预测有自己的颜色。"
+        "注意力图显示 LSTM 的注意力看重哪些过去的时间步，按位置和按滞后画出（每 24 步起伏一次就是日周期）。")
     report_order = 90
+    lesson = "11_temporal_attention"  # the course lesson the report links under "Go deeper"
     est_s = {"quick": 45, "tiny": 8}
 
     def add_arguments(self, parser):

@@ -57,7 +57,8 @@ def describe_run(name: str, run, lang: str = "en") -> str:
     seeds = meta.get("seeds")
     n = len(seeds) if isinstance(seeds, list) else seeds
     minutes = float(meta.get("time_s") or 0) / 60
-    path = (run.run_dir / RESULTS_FILE).as_posix()
+    # results/<experiment>/<run>/results.json: where the run sits in a checkout, never a machine's absolute path
+    path = (Path("results", *Path(run.run_dir).parts[-2:]) / RESULTS_FILE).as_posix()
     if lang == "zh":
         return (f"已提交的运行 “{name}”（{path}）：{meta.get('preset', '?')} 配置，{n} 个种子，"
                 f"用时 {minutes:.0f} 分钟，完成于 {meta.get('finished', '?')}")

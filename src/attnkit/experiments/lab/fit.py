@@ -179,14 +179,9 @@ def fit(
     if ctx.is_main:
         remove_stale_temporaries(ckpt_path.parent)
 
-    st = _State()
-    if ctx.resume and ckpt_path.exists():
-        st, ck = _restore(ckpt_path, tag, model, optimizer, scheduler, ctx.rank)
-        ctx.restored_s += st.spent
-        if ck["finished"]:
-            ctx.log(f"{tag}: already finished ({st.epoch} epochs); not trained again")
-            return FitResult(st.history, st.best_epoch, len(st.history), st.spent, st.best_value, ck["stopped_early"], st.epoch, True)
-        ctx.log(f"{tag}: resuming after epoch {st.epoch}/{epochs}")
+    st, done = _resume_state(ctx, ckpt_path, tag, epochs, model, optimizer, scheduler)
+    if done is not None:
+        return done
     start = st.epoch
 
     step = _Step(_runner(model, loss_fn, world, device, find_unused_parameters), optimizer,
@@ -200,14 +195,8 @@ def fit(
             g = torch.Generator().manual_seed(int(seed) * 1_000_003 + epoch)
             order = torch.randperm(n, generator=g) if shuffle else torch.arange(n)
             batches = batching.batches(order, batch_size, g) if batching is not None else order.split(batch_size)
-            model.train()
-            loss_sum, count = _train_epoch(ctx, train_data, batches, collate_fn, step, bar)
-            loss_sum, count = ddp.all_reduce_sum([loss_sum, float(count)], device)
-            if scheduler is not None and scheduler_every == "epoch":
-                scheduler.step()
-            row = {"epoch": epoch, "train_loss": loss_sum / count}
-            if eval_fn is not None:
-                row.update(ddp.broadcast(_evaluate(eval_fn, model) if ctx.is_main else None))
+            row = _epoch_row(ctx, epoch, model, train_data, batches, collate_fn, step, bar, eval_fn,
+                             scheduler if scheduler_every == "epoch" else None)
             st.spent += time.perf_counter() - t0
             row["time_s"] = round(time.perf_counter() - t0, 4)
             st.history.append(row)
@@ -232,6 +221,35 @@ def fit(
         model.load_state_dict(st.best_state)
     ddp.barrier()
     return FitResult(st.history, st.best_epoch, len(st.history), st.spent, st.best_value, stopped, start, False)
+
+
+def _resume_state(ctx: "RunContext", ckpt_path, tag: str, epochs: int, model, optimizer, scheduler) -> tuple["_State", FitResult | None]:
+    """The state to continue from: fresh, or the checkpoint's under ``--resume``; with a
+    :class:`FitResult` (second item) when that checkpoint's training had already finished."""
+    if not (ctx.resume and ckpt_path.exists()):
+        return _State(), None
+    st, ck = _restore(ckpt_path, tag, model, optimizer, scheduler, ctx.rank)
+    ctx.restored_s += st.spent
+    if ck["finished"]:
+        ctx.log(f"{tag}: already finished ({st.epoch} epochs); not trained again")
+        return st, FitResult(st.history, st.best_epoch, len(st.history), st.spent, st.best_value, ck["stopped_early"], st.epoch, True)
+    ctx.log(f"{tag}: resuming after epoch {st.epoch}/{epochs}")
+    return st, None
+
+
+def _epoch_row(ctx: "RunContext", epoch: int, model: nn.Module, data, batches, collate_fn, step: "_Step", bar, eval_fn,
+               epoch_scheduler) -> dict:
+    """Train one epoch over ``batches`` and evaluate: the history row ``{epoch, train_loss, eval_fn's metrics}``
+    (the loss summed over every rank); ``epoch_scheduler`` (a per-epoch scheduler, else None) is stepped."""
+    model.train()
+    loss_sum, count = _train_epoch(ctx, data, batches, collate_fn, step, bar)
+    loss_sum, count = ddp.all_reduce_sum([loss_sum, float(count)], ctx.device)
+    if epoch_scheduler is not None:
+        epoch_scheduler.step()
+    row = {"epoch": epoch, "train_loss": loss_sum / count}
+    if eval_fn is not None:
+        row.update(ddp.broadcast(_evaluate(eval_fn, model) if ctx.is_main else None))
+    return row
 
 
 @dataclass
@@ -333,7 +351,8 @@ def _restore(path, tag: str, model, optimizer, scheduler, rank: int) -> tuple[_S
         raise ValueError(f"fit: {path} is not a checkpoint of tag {tag!r} (version {ck.get('version')}); "
                          "delete it or run without --resume")
     model.load_state_dict(ck["model"])
-    optimizer.load_state_dict(ck["optimizer"])
+    if ck.get("optimizer") is not None:  # a finished checkpoint may drop it (never used again: nothing is trained)
+        optimizer.load_state_dict(ck["optimizer"])
     if scheduler is not None and ck.get("scheduler") is not None:
         scheduler.load_state_dict(ck["scheduler"])
     rngs = ck["rng"]

@@ -28,6 +28,8 @@ from pathlib import Path
 
 import torch
 
+from ...page.figures import cjk_font, language, zh_path
+
 DEFAULT_TEXT = "The animal didn't cross the street because it was too tired."
 SPECIAL_TOKENS = ("[CLS]", "[SEP]", "[PAD]")
 
@@ -114,7 +116,6 @@ def run_viz(
     Returns the ``summary.json`` content, with
     ``files`` mapping each artefact to its path.
     """
-    from ...inspect import plots
     from ...inspect.viewer import save_html
     from ...models.bert_loader import BertTokenizer, load_bert
 
@@ -129,14 +130,7 @@ def run_viz(
     m = _measure(model, batch, ablation)
     summary = m["summary"]
 
-    files = {}
-    files["heads_grid"] = out / "heads_grid.png"
-    plots.plot_heads_grid(m["attentions"], tokens, path=files["heads_grid"], dpi=dpi)
-    for i, w in enumerate(m["attentions"] if per_layer else []):
-        files[f"layer_{i}"] = out / f"layer_{i}.png"
-        plots.plot_heads_grid([w], tokens, cell_size=2.4, path=files[f"layer_{i}"], dpi=dpi)
-    files["diagnostics_png"] = out / "diagnostics.png"
-    plots.plot_diagnostics(summary, path=files["diagnostics_png"], dpi=dpi)
+    files = _draw_maps(m["attentions"], summary, tokens, out, dpi, per_layer)
 
     rows = summary.to_rows()
     if m["importance"] is not None:
@@ -175,6 +169,24 @@ def run_viz(
     return result
 
 
+def _draw_maps(attentions: list, summary, tokens: list[str], out: Path, dpi: int, per_layer: bool) -> dict:
+    """The layer × head grid (and its Chinese copy in ``zh/`` when a CJK font is found), one grid per
+    layer (``per_layer``) and the diagnostics chart, under ``out``; returns {name: path}."""
+    from ...inspect import plots
+
+    files = {"heads_grid": out / "heads_grid.png"}
+    plots.plot_heads_grid(attentions, tokens, path=files["heads_grid"], dpi=dpi)
+    if cjk_font() is not None:  # the Chinese page's copy, in zh/ beside the English one (see attnkit.page.figures)
+        with language("zh"):
+            plots.plot_heads_grid(attentions, tokens, path=zh_path(files["heads_grid"]), dpi=dpi, lang="zh")
+    for i, w in enumerate(attentions if per_layer else []):
+        files[f"layer_{i}"] = out / f"layer_{i}.png"
+        plots.plot_heads_grid([w], tokens, cell_size=2.4, path=files[f"layer_{i}"], dpi=dpi)
+    files["diagnostics_png"] = out / "diagnostics.png"
+    plots.plot_diagnostics(summary, path=files["diagnostics_png"], dpi=dpi)
+    return files
+
+
 def _measure(model, batch, ablation: bool) -> dict:
     """One forward pass with the weights captured: every layer's (1, H, L, L) weights, the heads'
     labels, the sentence embedding, the backends used, and (``ablation``) each head's importance
@@ -203,17 +215,23 @@ def _measure(model, batch, ablation: bool) -> dict:
                 "backends": rec.backends()}
 
 
-def _focus_figure(attentions: list, tokens: list[str], fi: int, path: Path, dpi: int) -> Path:
-    """Where token ``fi`` attends in each layer, averaged over heads: one row per layer."""
+def _focus_figure(attentions: list, tokens: list[str], fi: int, path: Path, dpi: int, lang: str = "en") -> Path:
+    """Where token ``fi`` attends in each layer, averaged over heads: one row per layer (and its
+    Chinese copy in ``zh/`` beside it when a CJK font is found)."""
     from ...inspect import plots
 
+    if lang == "en" and cjk_font() is not None:
+        with language("zh"):
+            _focus_figure(attentions, tokens, fi, zh_path(path), dpi, "zh")
     mat = torch.stack([w[0, :, fi, :].mean(0) for w in attentions])  # (layers, L)
     fig = plots.plot_head(
-        mat, [f"layer {i}" for i in range(len(attentions))], key_tokens=tokens,
-        title=f"where {tokens[fi]!r} (position {fi}) attends, mean over heads", dpi=dpi,
+        mat, [(f"第 {i} 层" if lang == "zh" else f"layer {i}") for i in range(len(attentions))], key_tokens=tokens,
+        title=(f"{tokens[fi]!r}（位置 {fi}）在看哪里，各头平均" if lang == "zh" else
+               f"where {tokens[fi]!r} (position {fi}) attends, mean over heads"), dpi=dpi, lang=lang,
     )
     # a few layers × a short text made a ~600 px picture; the report's figures are read at 1,000 px
     fig.set_size_inches(max(10.0, fig.get_figwidth()), max(3.6, fig.get_figheight()))
+    path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, format="png", dpi=max(dpi, 100))
     return path
 

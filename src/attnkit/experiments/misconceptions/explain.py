@@ -13,10 +13,13 @@ trained; a few seconds.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import torch
 
-from ...page.html import png_img, table
+from ...page.figures import save_both
+from ...page.html import details, figure, so_what, table
 from ...page.i18n import tr
 from ..lab.context import RunContext
 from ..lab.registry import Experiment, register
@@ -60,6 +63,7 @@ class MisconceptionExplain(Experiment):
         "(+1 = same ranking, 0 = unrelated); whiskers are the spread over sentences.",
         "柱子是每层中“收到的注意力”与“遮住该 token 测得的重要性”之间的秩相关（+1 = 排序相同，0 = 无关）；误差线是不同句子间的离散程度。")
     report_order = 120
+    lesson = "02_scores_and_alignment"  # the course lesson the report links under "Go deeper"
     est_s = {"quick": 5, "tiny": 8}
     run_in_report = True
 
@@ -120,12 +124,19 @@ class MisconceptionExplain(Experiment):
                   f"到 {best['mean']:+.2f}（第 {best['layer']} 层）；被关注最多的 token 同时也是最重要的 token 的比例最高只有 "
                   f"{100 * max(r['top_agree'] for r in ls):.0f}%。只看第 {worst['layer']} 层的人会认为注意力与重要性无关，只看第 {best['layer']} 层的人"
                   "会认为注意力解释了输出：权重只说明 softmax 把质量放在哪里，并不说明输出依赖什么。重要性要通过干预（消融、梯度）来测量。")
-        html = f"<p>{text}</p>" + png_img(results.run_dir / results["figure"], "rank correlation per layer")
-        html += table([tr(lang, "layer", "层"), tr(lang, "Spearman ρ, mean over sentences", "Spearman ρ（句子平均）"), tr(lang, "std", "标准差"),
+        png = save_both(Path(out_dir) / "figures" / self.name / results["figure"], lambda lg: _figure(ls, lg))[0]
+        html = f"<p>{text}</p>" + figure(png, tr(lang, "rank correlation per layer", "每层的秩相关"), lang)
+        html += so_what(lang, tr(lang, "A large attention weight is not evidence that a token matters for the output: depending on the layer, "
+                                       "the two agree, disagree or are unrelated. To find what matters, change the input or the model and "
+                                       "measure the output.",
+                                 "注意力权重大，并不能证明一个 token 对输出重要：随层不同，两者可能一致、相反或无关。"
+                                 "要找出什么重要，就改变输入或模型，再测量输出。"))
+        rows = table([tr(lang, "layer", "层"), tr(lang, "Spearman ρ, mean over sentences", "Spearman ρ（句子平均）"), tr(lang, "std", "标准差"),
                        tr(lang, "top token agrees", "最高 token 一致的比例")],
                       [[r["layer"], f"{r['mean']:+.2f}", f"{r['std']:.2f}", f"{100 * r['top_agree']:.0f} %"] for r in ls])
-        html += "<p class='note'>" + tr(lang, "ρ = +1: attention ranks tokens exactly as ablation does; 0: no relation; −1: reversed.",
+        rows += "<p class='note'>" + tr(lang, "ρ = +1: attention ranks tokens exactly as ablation does; 0: no relation; −1: reversed.",
                                         "ρ = +1：注意力对 token 的排序与消融完全一致；0：无关；−1：完全相反。") + "</p>"
+        html += details(tr(lang, "Per layer: correlation and agreement", "逐层：相关系数与一致比例"), rows)
         return Section(self.heading(lang), html)
 
     def summary(self, results, lang: str = "en", full_results=None):
@@ -135,7 +146,7 @@ class MisconceptionExplain(Experiment):
                 tr(lang, "attention is not a measured importance", "注意力不等于测得的重要性"))
 
 
-def _figure(layers: list[dict]):
+def _figure(layers: list[dict], lang: str = "en"):
     import matplotlib
 
     matplotlib.use("Agg")
@@ -146,9 +157,10 @@ def _figure(layers: list[dict]):
     ax.bar(x, [r["mean"] for r in layers], yerr=[r["std"] for r in layers], color="#1f77b4", capsize=4)
     ax.axhline(0, color="#444", linewidth=0.8)
     ax.set_ylim(-1, 1)
-    ax.set_xlabel("layer of all-MiniLM-L6-v2")
-    ax.set_ylabel("Spearman ρ (attention received vs ablation)")
-    ax.set_title("Does attention rank tokens like their measured importance? (mean ± std over sentences)")
+    ax.set_xlabel(tr(lang, "layer of all-MiniLM-L6-v2", "all-MiniLM-L6-v2 的层"))
+    ax.set_ylabel(tr(lang, "Spearman ρ (attention received vs ablation)", "Spearman ρ（收到的注意力 vs 消融）"))
+    ax.set_title(tr(lang, "Does attention rank tokens like their measured importance? (mean ± std over sentences)",
+                    "注意力对 token 的排序与实测重要性一致吗？（句子间均值 ± 标准差）"))
     ax.set_xticks(x)
     ax.grid(True, axis="y", alpha=0.3)
     return fig

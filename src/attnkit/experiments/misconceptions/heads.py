@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import statistics
 import time
+from pathlib import Path
 
 import torch
 from torch import nn
 
-from ...page.html import png_img, table
+from ...page.figures import save_both
+from ...page.html import details, figure, so_what, table
 from ...page.i18n import tr
 from ..lab.context import RunContext
 from ..lab.registry import Experiment, register
@@ -148,6 +150,7 @@ class MisconceptionHeads(Experiment):
         "sentence embeddings stay to the full model's (1 = unchanged) as heads are removed.",
         "左图：固定宽度下测试准确率随头数的变化（误差线为多个种子）。右图：逐步剪掉头后，句向量与完整模型的接近程度（1 = 不变）。")
     report_order = 140
+    lesson = "03_multihead_by_hand"  # the course lesson the report links under "Go deeper"
     est_s = {"quick": 60, "tiny": 8}
     run_in_report = True
 
@@ -192,16 +195,23 @@ class MisconceptionHeads(Experiment):
                   f"剪枝：去掉 MiniLM {total} 个头中最不重要的 {half['pruned']} 个（重要性由另一组句子上的消融得到）后，"
                   f"留出句子的句向量与完整模型的余弦相似度为 {half['least_important']['mean_cos']:.3f}；随机去掉 {half['pruned']} 个头则为 "
                   f"{half['random']['mean_cos']:.3f}。")
-        html = f"<p>{text}</p>" + png_img(results.run_dir / results["figure"], "head sweep and pruning")
-        html += table([tr(lang, "heads", "头数"), tr(lang, "size per head", "每头维度"), tr(lang, "test accuracy, mean ± std", "测试准确率（均值 ± 标准差）"),
+        png = save_both(Path(out_dir) / "figures" / self.name / results["figure"], lambda lg: _figure(sw, pr, results["dim"], lg))[0]
+        html = f"<p>{text}</p>" + figure(png, tr(lang, "head sweep and pruning", "头数扫描与剪枝"), lang)
+        html += so_what(lang, tr(lang, "At a fixed width, more heads means smaller heads: each one scores pairs in fewer dimensions. "
+                                       "The best count is found by measuring, and a trained model often keeps working with many of its "
+                                       "heads removed.",
+                                 "宽度固定时，头越多，每个头就越小：每个头只能在更少的维度上给配对打分。最佳头数要靠实测，"
+                                 "而训练好的模型去掉许多头之后往往仍能正常工作。"))
+        rows = table([tr(lang, "heads", "头数"), tr(lang, "size per head", "每头维度"), tr(lang, "test accuracy, mean ± std", "测试准确率（均值 ± 标准差）"),
                        tr(lang, "training time, s (mean)", "训练时间（秒，均值）")],
                       [[r["heads"], r["head_dim"], f"{100 * r['acc_mean']:.1f} ± {100 * r['acc_std']:.1f} %", f"{r['train_s_mean']:.1f}"] for r in sw])
-        html += table([tr(lang, f"heads pruned (of {total})", f"剪掉的头数（共 {total}）"), tr(lang, "cos to full, least important first", "与完整模型的余弦（先剪最不重要的）"),
+        rows += table([tr(lang, f"heads pruned (of {total})", f"剪掉的头数（共 {total}）"), tr(lang, "cos to full, least important first", "与完整模型的余弦（先剪最不重要的）"),
                        tr(lang, "cos to full, random heads", "与完整模型的余弦（随机剪）")],
                       [[r["pruned"], f"{r['least_important']['mean_cos']:.4f} (min {r['least_important']['min_cos']:.4f})",
                         f"{r['random']['mean_cos']:.4f} (min {r['random']['min_cos']:.4f})"] for r in pr["rows"]])
-        html += "<p class='note'>" + tr(lang, "cos = cosine similarity of the pruned model's mean-pooled sentence embedding to the unpruned one, averaged over the held-out sentences (1 = unchanged).",
+        rows += "<p class='note'>" + tr(lang, "cos = cosine similarity of the pruned model's mean-pooled sentence embedding to the unpruned one, averaged over the held-out sentences (1 = unchanged).",
                                         "cos = 剪枝后模型的平均池化句向量与未剪枝模型句向量的余弦相似度，在留出句子上取平均（1 表示不变）。") + "</p>"
+        html += details(tr(lang, "The sweep and the pruning, row by row", "扫描与剪枝的逐行数字"), rows)
         return Section(self.heading(lang), html)
 
     def summary(self, results, lang: str = "en", full_results=None):
@@ -228,7 +238,7 @@ def _shape_sentence(sw: list, best: dict, most: dict, lang: str) -> str:
               f"而训练时间是单头的 {slow:.1f} 倍：把固定宽度切成更多更小的头是一种取舍，而不是免费的收益。")
 
 
-def _figure(sweep, prune, dim):
+def _figure(sweep, prune, dim, lang: str = "en"):
     import matplotlib
 
     matplotlib.use("Agg")
@@ -239,16 +249,16 @@ def _figure(sweep, prune, dim):
     a.errorbar(hs, [100 * r["acc_mean"] for r in sweep], yerr=[100 * r["acc_std"] for r in sweep], marker="o", capsize=4)
     a.set_xscale("log", base=2)
     a.set_xticks(hs)
-    a.set_xticklabels([f"{h}\n(size {dim // h})" for h in hs])
-    a.set_xlabel(f"heads at width {dim} (per-head size)")
-    a.set_ylabel("test accuracy (%), mean ± std over seeds")
-    a.set_title("digits: head count at fixed width")
+    a.set_xticklabels([tr(lang, f"{h}\n(size {dim // h})", f"{h}\n（每头 {dim // h}）") for h in hs])
+    a.set_xlabel(tr(lang, f"heads at width {dim} (per-head size)", f"宽度 {dim} 下的头数（每头维度）"))
+    a.set_ylabel(tr(lang, "test accuracy (%), mean ± std over seeds", "测试准确率（%），种子间均值 ± 标准差"))
+    a.set_title(tr(lang, "digits: head count at fixed width", "手写数字：固定宽度下的头数"))
     ks = [r["pruned"] for r in prune["rows"]]
-    b.plot(ks, [r["least_important"]["mean_cos"] for r in prune["rows"]], marker="o", label="least important first (ablation)")
-    b.plot(ks, [r["random"]["mean_cos"] for r in prune["rows"]], marker="s", label="random heads")
-    b.set_xlabel(f"heads removed (of {prune['layers'] * prune['heads']})")
-    b.set_ylabel("cosine to the unpruned embedding")
-    b.set_title("all-MiniLM-L6-v2: pruning heads")
+    b.plot(ks, [r["least_important"]["mean_cos"] for r in prune["rows"]], marker="o", label=tr(lang, "least important first (ablation)", "先去掉最不重要的（消融）"))
+    b.plot(ks, [r["random"]["mean_cos"] for r in prune["rows"]], marker="s", label=tr(lang, "random heads", "随机去掉"))
+    b.set_xlabel(tr(lang, f"heads removed (of {prune['layers'] * prune['heads']})", f"去掉的头数（共 {prune['layers'] * prune['heads']} 个）"))
+    b.set_ylabel(tr(lang, "cosine to the unpruned embedding", "与未剪枝句向量的余弦"))
+    b.set_title(tr(lang, "all-MiniLM-L6-v2: pruning heads", "all-MiniLM-L6-v2：剪掉头"))
     b.legend()
     for ax in (a, b):
         ax.grid(True, alpha=0.3)

@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import statistics
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
 
-from ...page.html import png_img, table
+from ...page.figures import save_both
+from ...page.html import details, figure, so_what, table
 from ...page.i18n import tr
 from ..lab.context import RunContext
 from ..lab.registry import Experiment, register
@@ -55,6 +57,7 @@ class MisconceptionLong(Experiment):
         "from attnkit's reported bytes, with the stated budget as a dashed line.",
         "左图：每次调用的实测时间随 n 的变化（双对数坐标，斜率 2 = 二次，1 = 线性）。右图：由 attnkit 报告的字节数得到的内存随 n 的变化，虚线为设定的预算。")
     report_order = 130
+    lesson = "07_linear_attention"  # the course lesson the report links under "Go deeper"
     est_s = {"quick": 5, "tiny": 8}
     run_in_report = True
 
@@ -120,17 +123,25 @@ class MisconceptionLong(Experiment):
                   f"attention by {100 * last['rel_err']['linear']:.0f} % (relative norm). "
                   "Long context needs a choice — what to drop (a window), what to approximate (linear), or more hardware.",
                   f"本次在 n = {r[0]['n']:,} … {last['n']:,}（B={B}，H={H}，E={E}，fp32）实测。按 时间 ∝ n^k 拟合得到 k = "
-                  + "，".join(f"{k}：{ex[k]:.2f}" for k in names)
+                  + "，".join(f"{METHODS_ZH.get(k, k)}：{ex[k]:.2f}" for k in names)
                   + f"。稠密分数每个 (查询, 键) 对需要 {results['per_pair_bytes']:.0f} 字节（{H} 个头各 4 字节），因此 {gib:.0f} GiB 的预算最多容纳到 n = "
                   f"{results['dense_fits_up_to']:,}。融合的 SDPA 内核不存储分数矩阵，但计算量仍是 n²。能扩展的两种方法都改变了答案："
                   f"在 n = {last['n']:,} 时，完整注意力有 {100 * last['window_dropped_mass']:.0f}% 的权重落在 {w} 个键的窗口之外，窗口把它们丢掉了；"
                   f"线性注意力的输出与精确注意力相差 {100 * last['rel_err']['linear']:.0f}%（相对范数）。长上下文需要取舍——丢掉什么（窗口）、近似什么（线性），或者更多硬件。")
-        html = f"<p>{text}</p>" + png_img(results.run_dir / results["figure"], "time and memory versus n")
-        html += table(["n"] + [f"{k} ms" for k in names] + [tr(lang, "weight outside the window", "窗口外的权重"), tr(lang, "linear rel. error", "线性相对误差")],
+        png = save_both(Path(out_dir) / "figures" / self.name / results["figure"],
+                        lambda lg: _figure(r, results["ns_model"], results["memory"], w, lg))[0]
+        html = f"<p>{text}</p>" + figure(png, tr(lang, "time and memory versus n", "时间与内存随 n 的变化"), lang)
+        html += so_what(lang, tr(lang, "Attention can read a long input in one step, but the price of exact attention grows with n²; "
+                                       "every method that makes it cheaper either drops part of the context or answers a slightly "
+                                       "different question.",
+                                 "注意力可以一步读完很长的输入，但精确注意力的代价按 n² 增长；任何让它变便宜的方法，要么丢掉一部分上下文，"
+                                 "要么回答的是一个略有不同的问题。"))
+        rows = table(["n"] + [tr(lang, f"{k} ms", f"{METHODS_ZH.get(k, k)} 毫秒") for k in names] + [tr(lang, "weight outside the window", "窗口外的权重"), tr(lang, "linear rel. error", "线性相对误差")],
                       [[f"{x['n']:,}"] + [f"{x['ms'][k]:.1f}" for k in names] + [f"{100 * x['window_dropped_mass']:.0f} %", f"{100 * x['rel_err']['linear']:.0f} %"]
                        for x in r])
-        html += "<p class='note'>" + tr(lang, "Columns: median milliseconds per call on this machine; weight outside the window = the share of full attention's weight a window drops (mean over queries); relative error = ‖out − exact‖ / ‖exact‖ against full softmax attention.",
+        rows += "<p class='note'>" + tr(lang, "Columns: median milliseconds per call on this machine; weight outside the window = the share of full attention's weight a window drops (mean over queries); relative error = ‖out − exact‖ / ‖exact‖ against full softmax attention.",
                                         "列说明：本机每次调用的中位毫秒数；窗口外的权重 = 窗口丢掉的完整注意力权重比例（对查询取平均）；相对误差 = ‖输出 − 精确值‖ / ‖精确值‖，以完整 softmax 注意力为准。") + "</p>"
+        html += details(tr(lang, "Every length: time, dropped weight, error", "每个长度：时间、丢弃的权重、误差"), rows)
         return Section(self.heading(lang), html)
 
     def summary(self, results, lang: str = "en", full_results=None):
@@ -140,7 +151,10 @@ class MisconceptionLong(Experiment):
                 tr(lang, "long context needs windows, approximations or hardware", "长上下文需要窗口、近似或硬件"))
 
 
-def _figure(rows, ns_model, memory, w):
+METHODS_ZH = {"dense (scores materialized)": "稠密（物化分数矩阵）", "dense SDPA (fused)": "稠密 SDPA（融合内核）", "linear": "线性"}
+
+
+def _figure(rows, ns_model, memory, w, lang: str = "en"):
     import matplotlib
 
     matplotlib.use("Agg")
@@ -148,21 +162,23 @@ def _figure(rows, ns_model, memory, w):
 
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4), constrained_layout=True)
     for name in rows[0]["ms"]:
-        a.plot([r["n"] for r in rows], [r["ms"][name] for r in rows], marker="o", label=name)
+        label = METHODS_ZH.get(name, name.replace("blockwise, window", "分块，窗口")) if lang == "zh" else name
+        a.plot([r["n"] for r in rows], [r["ms"][name] for r in rows], marker="o", label=label)
     a.set_xscale("log", base=2)
     a.set_yscale("log")
-    a.set_xlabel("sequence length n")
-    a.set_ylabel("time per call (ms, median)")
-    a.set_title("time, measured")
+    a.set_xlabel(tr(lang, "sequence length n", "序列长度 n"))
+    a.set_ylabel(tr(lang, "time per call (ms, median)", "每次调用时间（毫秒，中位数）"))
+    a.set_title(tr(lang, "time, measured", "时间（实测）"))
     a.legend(fontsize=9)
-    for key, label in (("dense", "dense scores"), ("window", f"window {w}"), ("linear", "linear (k·v summary)"), ("inputs", "q, k, v themselves")):
+    for key, label in (("dense", tr(lang, "dense scores", "稠密分数")), ("window", tr(lang, f"window {w}", f"窗口 {w}")),
+                       ("linear", tr(lang, "linear (k·v summary)", "线性（k·v 汇总）")), ("inputs", tr(lang, "q, k, v themselves", "q、k、v 本身"))):
         b.plot(ns_model, np.asarray(memory[key]) / 2**20, label=label)
-    b.axhline(BUDGET / 2**20, color="#b00", linestyle="--", label=f"budget {BUDGET / 2**30:.0f} GiB")
+    b.axhline(BUDGET / 2**20, color="#b00", linestyle="--", label=tr(lang, f"budget {BUDGET / 2**30:.0f} GiB", f"预算 {BUDGET / 2**30:.0f} GiB"))
     b.set_xscale("log", base=2)
     b.set_yscale("log")
-    b.set_xlabel("sequence length n")
-    b.set_ylabel("memory (MiB)")
-    b.set_title(f"memory, from the report's bytes (B={B}, H={H}, E={E})")
+    b.set_xlabel(tr(lang, "sequence length n", "序列长度 n"))
+    b.set_ylabel(tr(lang, "memory (MiB)", "内存（MiB）"))
+    b.set_title(tr(lang, f"memory, from the report's bytes (B={B}, H={H}, E={E})", f"内存，按报告的字节数（B={B}，H={H}，E={E}）"))
     b.legend(fontsize=9)
     for ax in (a, b):
         ax.grid(True, alpha=0.3)

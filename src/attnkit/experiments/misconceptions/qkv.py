@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 from typing import NamedTuple
 
-from ...page.html import esc
+from ...page.html import esc, so_what
 from ...page.i18n import tr
 from ..lab.context import RunContext
 from ..lab.registry import Experiment, register
@@ -83,6 +83,7 @@ class MisconceptionQKV(Experiment):
     how_to_read = ("One row per attnkit module: what plays the query, the keys and the values, and along which dimension the weights act.",
                    "每行一个 attnkit 模块：谁充当查询、键、值，权重沿哪个维度作用。")
     report_order = 110
+    lesson = "03_multihead_by_hand"  # the course lesson the report links under "Go deeper"
     est_s = {"quick": 1, "tiny": 8}
     run_in_report = True
 
@@ -109,6 +110,11 @@ class MisconceptionQKV(Experiment):
                   "判断任何一种注意力只需两个问题：它的查询、键、值是什么？权重沿哪个维度归一化？通道注意力（SE、ECA）根本没有键，"
                   "并且用 sigmoid，所以各通道不像 softmax 的行那样争夺一个固定的总量。")
         html = f"<p>{text}</p><table><thead><tr>{''.join(f'<th>{esc(h)}</th>' for h in head)}</tr></thead><tbody>{body}</tbody></table>"
+        html += so_what(lang, tr(lang, "Self-attention, where queries, keys and values all come from one sequence, is one case among many. "
+                                       "Cross-attention, channel attention, spatial attention and temporal attention use the same weighting "
+                                       "idea with other queries, keys and values, or other normalisers.",
+                                 "自注意力（查询、键、值来自同一个序列）只是众多情形之一。交叉注意力、通道注意力、空间注意力和时间注意力"
+                                 "用的是同一个加权思想，只是查询、键、值不同，或者归一化方式不同。"))
         return Section(self.heading(lang), html)
 
     def summary(self, results, lang: str = "en", full_results=None):

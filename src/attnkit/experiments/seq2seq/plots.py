@@ -2,8 +2,10 @@
 report`` could redraw them from ``results.json``):
 
 * ``metric_vs_length.png`` — the Bahdanau et al. 2015 Fig. 2 shape: each metric against the
-  source-length bucket, one line per model (mean over seeds), the band from the lowest to the
-  highest seed shaded; bucket counts under the x labels;
+  source-length bucket, one line per model (mean over seeds) with error bars of ± one standard
+  deviation over seeds and the band from the lowest to the highest seed shaded; the models are
+  nudged apart along x so that bars of models with equal scores stay visible; bucket counts
+  under the x labels;
 * ``alignments_{model}.png`` — heatmaps of the alignment matrices of a few test sentences, source
   tokens on the x axis and output tokens on the y axis (Bahdanau et al. Fig. 3);
 * ``training_curves.png`` — training and validation loss per epoch, one line per model and seed.
@@ -46,13 +48,18 @@ def metric_vs_length(ctx, results: dict, relpath: str = "metric_vs_length.png") 
     fig, axes = plt.subplots(1, len(metrics), figsize=(6 * len(metrics), 4.2), squeeze=False)
     labels = bucket_labels(results)
     x = np.arange(len(labels))
+    names = list(results["models"])
     for ax, m in zip(axes[0], metrics):
-        for name, res in results["models"].items():
+        for k, name in enumerate(names):
+            res = results["models"][name]
             runs = np.array([b["metrics"][m]["runs"] for b in res["buckets"]], dtype=float)  # (buckets, seeds)
             mean = runs.mean(1)
-            ax.plot(x, mean, "o-", color=COLORS.get(name), label=f"{LABELS.get(name, name)} ({res['params']:,} params)")
+            std = np.array([b["metrics"][m]["std"] for b in res["buckets"]], dtype=float)  # the tables' ± (results.json)
+            xs = x + 0.06 * (k - (len(names) - 1) / 2)  # nudged apart: equal scores would hide each other's bars
+            ax.errorbar(xs, mean, yerr=std, fmt="o-", capsize=4, elinewidth=1.4, color=COLORS.get(name),
+                        label=f"{LABELS.get(name, name)} ({res['params']:,} params)")
             if runs.shape[1] > 1:
-                ax.fill_between(x, runs.min(1), runs.max(1), color=COLORS.get(name), alpha=0.18, linewidth=0)
+                ax.fill_between(xs, runs.min(1), runs.max(1), color=COLORS.get(name), alpha=0.15, linewidth=0)
         ax.set_xticks(x, labels, fontsize=8)
         ax.set_xlabel(f"source length ({results['length_unit']})")
         ax.set_ylabel(METRIC_LABELS.get(m, m))
@@ -60,7 +67,7 @@ def metric_vs_length(ctx, results: dict, relpath: str = "metric_vs_length.png") 
         ax.grid(alpha=0.3)
     seeds = len(next(iter(results["models"].values()))["overall"][metrics[0]]["runs"])
     axes[0][0].legend(fontsize=8, loc="lower left")
-    fig.suptitle(f"{results['data']['name']}: score by source length (mean of {seeds} seed(s); band = min–max over seeds)")
+    fig.suptitle(f"{results['data']['name']}: score by source length (mean of {seeds} seed(s); bars = ± std, band = min–max over seeds)")
     fig.tight_layout()
     ctx.save_figure(fig, relpath)
 

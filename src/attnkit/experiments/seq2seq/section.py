@@ -12,9 +12,11 @@ The reading answers the experiment's two questions:
 2. **Does the Transformer beat the recurrent models at the same budget?** Overall primary metric
    of the Transformer against the best RNN, with the gap compared to the seed spread.
 
-With committed runs (``results/seq2seq/dates-full``, ``results/seq2seq/bible-full``, handed in as
-``full_results`` by the report, see :mod:`attnkit.experiments.lab.committed`) each committed run is read
-first — 3 seeds at the ``--full`` size say more than the report's own quick run — and the quick
+With committed runs (``results/seq2seq/*``: dates, dates-list, Bible and the synthetic copy,
+reverse and transliteration tasks, handed in as ``full_results`` by the report, see
+:mod:`attnkit.experiments.lab.committed`) the section opens with one verdict per run and a table
+(:mod:`.overview`: the bottleneck, attention's gain at every length, or neither), then each
+committed run is read — 3 seeds at the ``--full`` size say more than the report's own quick run — and the quick
 run follows as a smaller replication. :data:`PAPERS` is the only hand-typed data: what Bahdanau et
 al. and Luong et al. report, each with its table.
 
@@ -29,6 +31,7 @@ from ...page.html import esc, png_img, table
 from ...page.i18n import tr as _tr
 from ..lab.committed import committed_first
 from ..lab.results import Section
+from .overview import overview_html
 from .plots import LABELS, METRIC_LABELS, finite
 
 ATTENTION_MODELS = ("bahdanau", "luong")
@@ -330,7 +333,8 @@ def _run_html(results, run_dir: Path, lang: str) -> str:
 def section(results, out_dir, lang: str = "en", full_results: dict | None = None):
     """The report section: each committed ``--full`` run first (when any), then this report's own run."""
     run_dir = Path(getattr(results, "run_dir", out_dir))
-    parts = committed_first(full_results, lambda run, d: _run_html(run, d, lang), lang, (
+    parts = [overview_html(full_results, lang)] if full_results else []  # what each committed run shows, before the runs
+    parts += committed_first(full_results, lambda run, d: _run_html(run, d, lang), lang, (
         "A smaller replication, run now (fewer pairs and epochs, one seed, so noisier): read the claims above from the committed runs.",
         "现在运行的一个较小规模的重复实验（句对和 epoch 更少，只有一个种子，因此噪声更大）：结论请以上面已提交的运行为准。"))
     parts.append(_run_html(results, run_dir, lang))

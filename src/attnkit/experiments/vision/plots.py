@@ -143,24 +143,59 @@ def _pick_images(y: torch.Tensor, count: int) -> list[int]:
     return idx
 
 
+def gates_figure(per_class: torch.Tensor, labels: list[str], title: str, lang: str = "en"):
+    """Channel gates (K classes, C channels) as a class × channel heatmap on the gates' 0-to-1 scale,
+    with a colour bar: which channels a class turns down reads along a row, how classes differ down a column."""
+    from ...page.figures import WIDTH_IN, _plt, pick
+
+    plt = _plt()
+    g = per_class.detach().float().numpy()
+    fig, ax = plt.subplots(figsize=(WIDTH_IN, 1.2 + 0.45 * g.shape[0]), constrained_layout=True)
+    im = ax.imshow(g, aspect="auto", cmap="magma", vmin=0.0, vmax=1.0, interpolation="nearest")
+    ax.set_yticks(range(len(labels)), labels)
+    ax.set_xlabel(pick(lang, "channel", "通道"))
+    ax.set_title(title, fontsize=10)
+    fig.colorbar(im, ax=ax, label=pick(lang, "gate (sigmoid, 0 = channel off)", "门控（sigmoid，0 = 关闭该通道）"), pad=0.01)
+    return fig
+
+
+MARKERS = {"resnet": "o", "se": "s", "eca": "^", "cbam": "D", "mhsa": "P", "vit": "X"}
+
+
+def accuracy_cost_figure(models: dict, lang: str = "en"):
+    """Test accuracy (mean ± std over seeds) against parameters and against forward FLOPs, one
+    marker and colour per model named in a legend below the plots (labels beside the points
+    overlapped where models cost the same)."""
+    from ...page.figures import WIDTH_IN, _plt, pick
+
+    plt = _plt()
+    t = lambda en, zh: pick(lang, en, zh)  # noqa: E731
+    fig, axes = plt.subplots(1, 2, figsize=(WIDTH_IN, 4.6), constrained_layout=True)
+    handles = []
+    for ax, (key, scale, label) in zip(axes, [("params", 1e3, t("parameters (thousands)", "参数量（千）")),
+                                              ("flops", 1e6, t("forward MFLOPs per image", "每张图像前向 MFLOPs"))]):
+        for i, (name, m) in enumerate(models.items()):
+            h = ax.errorbar(m[key] / scale, 100 * m["acc"]["mean"], yerr=100 * m["acc"]["std"], fmt=MARKERS.get(name, "o"), ms=8,
+                            capsize=4, color=f"C{i}", label=t("+MHSA (last stage)", "+MHSA（最后一个阶段）") if name == "mhsa" else LABELS.get(name, name))
+            if ax is axes[0]:
+                handles.append(h)
+        ax.set_xlabel(label)
+        ax.set_ylabel(t("test accuracy (%), mean ± std over seeds", "测试准确率（%），种子间均值 ± 标准差"))
+        ax.grid(alpha=0.3)
+        ax.margins(x=0.12, y=0.12)
+    fig.legend(handles=handles, loc="outside lower center", ncols=len(handles), frameon=False)
+    return fig
+
+
 @torch.no_grad()
 def make_figures(ctx, models: dict, trained: dict, x: torch.Tensor, raw: torch.Tensor, y: torch.Tensor, classes) -> list[str]:
     import attnkit
     from ...inspect.plots import _figure
-    from ...inspect.vision import capture_gates, draw_heat, plot_channel_gates, plot_pixel_attention, plot_vit_attention
+    from ...inspect.vision import capture_gates, draw_heat, plot_pixel_attention, plot_vit_attention
 
     files = []
     # accuracy against parameters and against FLOPs, mean ± std over seeds
-    fig = _figure(10.0, 4.0)
-    for i, (key, scale, label) in enumerate([("params", 1e3, "parameters (thousands)"), ("flops", 1e6, "forward MFLOPs per image")]):
-        ax = fig.add_subplot(1, 2, i + 1)
-        for name, m in models.items():
-            ax.errorbar(m[key] / scale, 100 * m["acc"]["mean"], yerr=100 * m["acc"]["std"], fmt="o", capsize=4, label=LABELS.get(name, name))
-            ax.annotate(LABELS.get(name, name), (m[key] / scale, 100 * m["acc"]["mean"]), textcoords="offset points", xytext=(5, 4), fontsize=8)
-        ax.set_xlabel(label)
-        ax.set_ylabel("test accuracy (%), mean ± std over seeds")
-        ax.grid(alpha=0.3)
-    ctx.save_figure(fig, "accuracy_vs_cost.png")
+    ctx.save_figure(accuracy_cost_figure(models), "accuracy_vs_cost.png")
     files.append("accuracy_vs_cost.png")
 
     picks = _pick_images(y, 3)
@@ -173,8 +208,8 @@ def make_figures(ctx, models: dict, trained: dict, x: torch.Tensor, raw: torch.T
         ys = y[: g.shape[0]]
         ks = [int(y[i]) for i in picks]
         per_class = torch.stack([g[ys == k].mean(0) for k in ks])  # (3, C)
-        fig = plot_channel_gates(per_class, labels=[str(classes[k]) for k in ks],
-                                 title=f"{LABELS[name]}: last-stage channel gates, mean over test images of each class")
+        fig = gates_figure(per_class, [str(classes[k]) for k in ks],
+                           f"{LABELS[name]}: last-stage channel gates, mean over test images of each class")
         ctx.save_figure(fig, f"gates_{name}.png")
         files.append(f"gates_{name}.png")
 
@@ -184,10 +219,13 @@ def make_figures(ctx, models: dict, trained: dict, x: torch.Tensor, raw: torch.T
             trained["cbam"](x[idx])
         s = next(iter(rec.spatial.values()))  # (4, h, w)
         fig = _figure(10.0, 2.9)
+        axes = []
         for j, i in enumerate(idx):
             ax = fig.add_subplot(1, len(idx), j + 1)
-            draw_heat(ax, s[j], raw[i, 0], vmax=1.0)
+            im = draw_heat(ax, s[j], raw[i, 0], vmax=1.0)
             ax.set_title(f"{classes[int(y[i])]}", fontsize=8)
+            axes.append(ax)
+        fig.colorbar(im, ax=axes, shrink=0.85, label="gate (0 = pixel suppressed, 1 = kept)")
         fig.suptitle("CBAM first-stage spatial gate over the image (bright = kept)", fontsize=9)
         ctx.save_figure(fig, "cbam_spatial.png")
         files.append("cbam_spatial.png")

@@ -16,9 +16,10 @@ the committed benchmark ``benchmarks/results/vision_cost.json``, read when the s
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
-from ...page.html import esc, png_img, table
+from ...page.html import details, esc, figure, so_what, table
 from ...page.i18n import tr as _tr
 from ..lab.committed import describe_run
 from ..lab.results import Section
@@ -63,6 +64,11 @@ PAPERS = [
 ]
 
 
+def _label(name: str, lang: str) -> str:
+    """A model's name in the page's language (only the MHSA one has words in it)."""
+    return "+MHSA（最后一个阶段）" if lang == "zh" and name == "mhsa" else LABELS.get(name, name)
+
+
 def _n(k: int, word: str) -> str:
     return f"{k} {word}{'' if k == 1 else 's'}"
 
@@ -77,13 +83,17 @@ def _data_name(data: dict, lang: str) -> str:
 
 
 def reading_sentences(results: dict, lang: str = "en", image_concentration: dict | None = None) -> list[str]:
-    """The plain-language reading, generated from the numbers, in ``lang`` ("en" or "zh").
+    """The plain-language reading, generated from the numbers, in ``lang`` ("en" or "zh"): what the
+    models scored (:func:`outcome_sentences`), then what their attention looks at (:func:`looking_sentences`).
     ``image_concentration``: :func:`viewer_concentration` of the pictured image, used when the run's
     MHSA reading predates the concentration numbers."""
-    models, verdict, reading, data = results["models"], results.get("verdict", {}), results.get("reading", {}), results["data"]
+    return outcome_sentences(results, lang) + looking_sentences(results, lang, image_concentration)
+
+
+def outcome_sentences(results: dict, lang: str = "en") -> list[str]:
+    """How each model scored against the plain ResNet, in ``lang``."""
+    models, verdict, data = results["models"], results.get("verdict", {}), results["data"]
     seeds = len(next(iter(models.values()))["acc"]["per_seed"])
-    zh = lang == "zh"
-    obj, obj_zh, kind, kind_zh = OBJECT_WORDS.get(data["name"], ("object", "物体", "class", "类别"))
     out = []
     if "resnet" in models:
         b = models["resnet"]
@@ -94,18 +104,18 @@ def reading_sentences(results: dict, lang: str = "en", image_concentration: dict
                        f"在 {_data_name(data, lang)} 上（{data['train']:,} 张训练图像、{data['test']:,} 张测试图像，{b['epochs']} 个 epoch，"
                        f"{seeds} 个种子），普通 ResNet 的测试准确率为 {_pct(b['acc']['mean'])}% ± {_pct(b['acc']['std'])}%，"
                        f"参数量 {b['params']:,}。"))
-    for name, v in verdict.items():
-        m = models[name]
-        what = VERDICT_WORDS[v["label"]][3 if zh else 2]
-        flops = f"{100 * (v['flops_ratio'] - 1):+.1f}%" if v.get("flops_ratio") is not None else "?"
-        time = f"{v['time_ratio']:.2f}" if v.get("time_ratio") is not None else "?"
+    if verdict:
+        groups = {}
+        for name, v in verdict.items():
+            m = models[name]["acc"]
+            groups.setdefault(v["label"], []).append((_label(name, lang), f"{_pct(m['mean'])}% ± {_pct(m['std'])}%", 100 * v["delta_acc"]))
         out.append(_tr(lang,
-                       f"{LABELS.get(name, name)}: {_pct(m['acc']['mean'])}% ± {_pct(m['acc']['std'])}%, {100 * v['delta_acc']:+.2f} points "
-                       f"against the plain ResNet (spread ±{100 * v['spread']:.2f}) — {what}; cost {v['extra_params']:+,} parameters "
-                       f"({100 * (v['params_ratio'] - 1):+.1f}%), {flops} FLOPs, {time}× the training time.",
-                       f"{LABELS.get(name, name)}：{_pct(m['acc']['mean'])}% ± {_pct(m['acc']['std'])}%，比普通 ResNet "
-                       f"{100 * v['delta_acc']:+.2f} 个百分点（离散 ±{100 * v['spread']:.2f}）——{what}；代价：参数 {v['extra_params']:+,}"
-                       f"（{100 * (v['params_ratio'] - 1):+.1f}%），FLOPs {flops}，训练时间为 {time} 倍。"))
+                       "Against it (the spread and the cost of each are in the table): " + "; ".join(
+                           ", ".join(f"{lab} {acc} ({d:+.2f} points)" for lab, acc, d in g) + f" — {VERDICT_WORDS[k][2]}"
+                           for k, g in groups.items()) + ".",
+                       "与它相比（各自的离散程度和代价见表）：" + "；".join(
+                           "、".join(f"{lab} {acc}（{d:+.2f} 个百分点）" for lab, acc, d in g) + f"——{VERDICT_WORDS[k][3]}"
+                           for k, g in groups.items()) + "。"))
     attn = [n for n in verdict if n != "vit" and verdict[n]["label"] != "one seed"]  # one seed: nothing to judge
     if attn and not any(verdict[n]["label"] == "helped" for n in attn):
         out.append(_tr(lang,
@@ -117,19 +127,27 @@ def reading_sentences(results: dict, lang: str = "en", image_concentration: dict
         if worse:
             out.append(_tr(lang, f"{' and '.join(worse)} did worse than the plain network by more than the spread.",
                            f"{'和'.join(worse)} 则比普通网络差，且差距超出了离散范围。"))
-    for name in ("se", "eca", "cbam"):
-        r = reading.get(name, {}).get("last")
-        if r:
-            e2 = r["eta2_class"]
-            level = 0 if e2 > 0.5 else 1 if e2 > 0.2 else 2
-            kind_en = ("depend strongly on the class", "depend partly on the class", "barely depend on the class")[level]
-            kind_zh = ("强烈依赖类别", "部分依赖类别", "几乎不依赖类别")[level]
-            out.append(_tr(lang,
-                           f"{LABELS[name]}'s last-stage gates (C = {r['channels']}) average {r['mean']:.2f} and {kind_en}: "
-                           f"η² = {e2:.2f} of their variance across test images is explained by the class "
-                           f"(the gate learned to re-weight channels per {kind} when η² is high).",
-                           f"{LABELS[name]} 最后一个阶段的通道门控（C = {r['channels']}）均值为 {r['mean']:.2f}，{kind_zh}："
-                           f"测试图像之间门控方差的 η² = {e2:.2f} 由类别解释（η² 高，说明门控学会了按{kind_zh}重新加权通道）。"))
+    return out
+
+
+def looking_sentences(results: dict, lang: str = "en", image_concentration: dict | None = None) -> list[str]:
+    """What the attention modules learned to look at (gates, spatial gate, MHSA, ViT), in ``lang``."""
+    reading, data = results.get("reading", {}), results["data"]
+    obj, obj_zh, kind, kind_zh = OBJECT_WORDS.get(data["name"], ("object", "物体", "class", "类别"))
+    out = []
+    gates = [(name, reading[name]["last"]) for name in ("se", "eca", "cbam") if reading.get(name, {}).get("last")]
+    if gates:
+        c = gates[0][1]["channels"]
+        out.append(_tr(lang,
+                       f"What the channel gates learned: a gate is a number between 0 and 1 that scales one of the last stage's {c} "
+                       "channels, and η² (eta squared) is the share of the gates' variation across test images that the image's class "
+                       "explains (0: every image gets the same gates; 1: the class alone sets them). "
+                       + "; ".join(f"{LABELS[n]}: mean gate {r['mean']:.2f}, η² {r['eta2_class']:.2f}" for n, r in gates)
+                       + f". A high η² means the module re-weights channels differently for each {kind}.",
+                       f"通道门控学到了什么：门控是 0 到 1 之间的数，用来缩放最后一个阶段 {c} 个通道中的一个；η²（eta 平方）是测试图像之间门控的变化中"
+                       "能由图像类别解释的比例（0：每张图像得到相同的门控；1：门控完全由类别决定）。"
+                       + "；".join(f"{LABELS[n]}：门控均值 {r['mean']:.2f}，η² {r['eta2_class']:.2f}" for n, r in gates)
+                       + f"。η² 高，说明该模块会针对不同的{kind_zh}以不同方式重新加权通道。"))
     sp = reading.get("cbam", {}).get("spatial")
     if sp:
         out.append(_tr(lang,
@@ -158,7 +176,7 @@ def results_table(results: dict, lang: str = "en") -> str:
     rows = []
     for name, m in results["models"].items():
         v = verdict.get(name)
-        rows.append([LABELS.get(name, name), f"{_pct(m['acc']['mean'])} ± {_pct(m['acc']['std'])}",
+        rows.append([_label(name, lang), f"{_pct(m['acc']['mean'])} ± {_pct(m['acc']['std'])}",
                      f"{100 * v['delta_acc']:+.2f} ± {100 * v['spread']:.2f} ({VERDICT_WORDS[v['label']][1 if lang == 'zh' else 0]})" if v else "—",
                      f"{m['params']:,}", f"{m['flops'] / 1e6:.2f}", f"{m['train_time_s']['mean']:.1f}", f"{m['images_per_s']['mean']:.0f}"])
     head = (["模型", "测试准确率 %", "相对 ResNet（百分点）", "参数量", "每张图像 MFLOPs", "训练秒数", "训练图像/秒"] if lang == "zh" else
@@ -196,27 +214,34 @@ def published_html(results: dict | None, lang: str = "en") -> str:
             + f"<p class='note'>{esc(_tr(lang, 'Top-1 = 100 − the top-1 error the papers tabulate.', 'top-1 = 100 − 论文表中的 top-1 错误率。'))}</p>")
 
 
-def _figures(results, run_dir: Path, only: tuple[str, ...] | None = None) -> str:
+def _figures(results, run_dir: Path, lang: str, skip: tuple[str, ...] = ("accuracy_vs_cost.png",)) -> str:
+    return "".join(figure(run_dir / f, f, lang) for f in results.get("figures", [])
+                   if f.endswith(".png") and (run_dir / f).exists() and f not in skip)
 
-    return "".join(png_img(run_dir / f, f) for f in results.get("figures", [])
-                   if f.endswith(".png") and (run_dir / f).exists() and (only is None or f in only))
 
-
-def _viewers(results, run_dir: Path, lang: str) -> str:
-
+def _viewers(results, run_dir: Path, out_dir: Path, folder: str, lang: str) -> str:
+    """Links to the run's interactive viewers, copied beside the page (``folder`` under ``out_dir``) so
+    the links are relative and the page's folder can move."""
     pages = [f for f in results.get("figures", []) if f.endswith(".html") and (run_dir / f).exists()]
     if not pages:
         return ""
-    links = ", ".join(f'<a href="{esc((run_dir / f).resolve().as_uri())}">{esc(f)}</a>' for f in pages)
+    dest = out_dir / folder
+    dest.mkdir(parents=True, exist_ok=True)
+    for f in pages:
+        if (run_dir / f).resolve() != (dest / f).resolve():
+            shutil.copyfile(run_dir / f, dest / f)
+    links = ", ".join(f'<a href="{esc(folder)}/{esc(f)}">{esc(f)}</a>' for f in pages)
     return "<p>" + _tr(lang, f"Interactive viewers (click a patch or pixel to make it the query): {links}.",
                        f"交互式查看器（点击一个 patch 或像素，把它设为查询）：{links}。") + "</p>"
 
 
-def _sentences(results: dict, lang: str) -> str:
+def _paragraphs(sentences: list[str]) -> str:
+    return "<p>" + " ".join(esc(s) for s in sentences) + "</p>" if sentences else ""
 
+
+def _concentration(results) -> dict | None:
     run_dir = getattr(results, "run_dir", None)
-    conc = viewer_concentration(Path(run_dir) / "viewer_mhsa.html") if run_dir is not None else None
-    return "<p>" + "</p><p>".join(esc(s) for s in reading_sentences(results, lang, conc)) + "</p>"
+    return viewer_concentration(Path(run_dir) / "viewer_mhsa.html") if run_dir is not None else None
 
 
 def pick_committed(full_results: dict | None):
@@ -227,27 +252,63 @@ def pick_committed(full_results: dict | None):
     return name, full_results[name]
 
 
+def _accuracy_figure(results, out_dir: Path, folder: str, lang: str) -> str:
+    """The accuracy-against-cost figure, drawn from the run's numbers in both languages beside the page."""
+    from ...page.figures import save_both
+    from .plots import accuracy_cost_figure
+
+    path = out_dir / folder / "accuracy_vs_cost.png"
+    save_both(path, lambda lg: accuracy_cost_figure(results["models"], lg))
+    return figure(path, _tr(lang, "accuracy against parameters and FLOPs", "准确率与参数量、FLOPs 的关系"), lang)
+
+
+def _so_what(results: dict, lang: str) -> str:
+    verdict = results.get("verdict", {})
+    attn = [n for n in verdict if n != "vit" and verdict[n]["label"] != "one seed"]
+    if attn and any(verdict[n]["label"] == "helped" for n in attn):
+        return so_what(lang, _tr(lang, "Here some attention modules paid off beyond the seed-to-seed spread. Channel and spatial attention "
+                                       "re-weight what a CNN already computes; whether that pays for its cost is an empirical question, "
+                                       "answered by the same network without the module, over several seeds.",
+                                 "这里有的注意力模块带来了超出种子间离散程度的提升。通道注意力和空间注意力只是对 CNN 已经算出的特征重新加权；"
+                                 "它是否值得付出代价，是一个需要实测的问题：要与不带该模块的同一网络、在多个种子上比较。"))
+    return so_what(lang, _tr(lang, "An attention module that adds one or two points on ImageNet is not a free gain: on these small images "
+                                   "none beat the plain network by more than the seed-to-seed spread, while each cost parameters and time. "
+                                   "The gates do learn something class-specific (below), but that is not the same as helping accuracy.",
+                             "在 ImageNet 上提升一两个百分点的注意力模块并不是免费的收益：在这些小图像上，没有一个模块以超过种子间离散程度的幅度胜过普通网络，"
+                             "而每个模块都增加了参数和时间。门控确实学到了与类别相关的东西（见下文），但这不等于提高了准确率。"))
+
+
 def section(results, out_dir, lang: str = "en", full_results: dict | None = None, cost_file: str | Path | None = COST_FILE):
-    run_dir = Path(getattr(results, "run_dir", out_dir))
+    run_dir, out_dir = Path(getattr(results, "run_dir", out_dir)), Path(out_dir)
+    name, full = pick_committed(full_results)
+    # figures drawn for the page, and viewers copied beside it, go under out_dir/figures/: never into a run's own folder
+    main, main_dir, folder = (full, Path(full.run_dir), f"figures/vision/{name}") if full is not None else (results, run_dir, "figures/vision/report-run")
     parts = []
     if results["data"].get("notice"):
         parts.append(f"<p><strong>{_tr(lang, 'Notice', '提示')}:</strong> {esc(results['data']['notice'])}</p>")
-    name, full = pick_committed(full_results)
     if full is not None:
-        parts.append(f"<h3>{esc(_tr(lang, 'The committed full run', '已提交的完整运行（--full）'))}</h3>")
-        parts.append(f"<p class='note'>{esc(describe_run(name, full, lang))}.</p>")
-        parts.append(_sentences(full, lang) + results_table(full, lang) + _figures(full, full.run_dir) + _viewers(full, full.run_dir, lang))
-        parts.append(f"<h3>{esc(_tr(lang, 'This report’s own run', '本报告自己的运行'))}</h3>")
-        parts.append("<p>" + _tr(lang, "A smaller replication, run now (fewer images and epochs, so noisier): read the claims above "
-                                       "from the committed run.",
-                                 "现在运行的一个较小规模的重复实验（图像和 epoch 更少，因此噪声更大）：结论请以上面已提交的运行为准。") + "</p>")
-        parts.append(_sentences(results, lang) + results_table(results, lang) + _figures(results, run_dir, only=("accuracy_vs_cost.png",)))
-    else:
-        parts.append(_sentences(results, lang) + results_table(results, lang) + _figures(results, run_dir) + _viewers(results, run_dir, lang))
-    parts.append(published_html(full if full is not None else results, lang))
-    parts.append(cost_html(lang, cost_file))
+        parts.append(f"<p class='note'>{esc(_tr(lang, 'The committed full run', '已提交的完整运行（--full）'))}: {esc(describe_run(name, full, lang))}.</p>")
+    parts.append(_paragraphs(outcome_sentences(main, lang)))
+    parts.append(_accuracy_figure(main, out_dir, folder, lang))
+    parts.append(results_table(main, lang))
+    parts.append(_so_what(main, lang))
+    inside = _paragraphs(looking_sentences(main, lang, _concentration(main))) + _figures(main, main_dir, lang)
+    inside += _viewers(main, main_dir, out_dir, folder, lang)
+    parts.append(details(_tr(lang, "What the attention modules look at: gates, spatial maps, MHSA and ViT attention",
+                             "注意力模块在看什么：通道门控、空间图、MHSA 与 ViT 的注意力"), inside))
+    parts.append(details(_tr(lang, "Published ImageNet numbers, for scale", "论文中的 ImageNet 数字（作参照）"), published_html(main, lang)))
+    if full is not None:
+        own = "<p>" + _tr(lang, "A smaller replication, run now (fewer images and epochs, so noisier): read the claims above "
+                                "from the committed run.",
+                          "现在运行的一个较小规模的重复实验（图像和 epoch 更少，因此噪声更大）：结论请以上面已提交的运行为准。") + "</p>"
+        own += _paragraphs(reading_sentences(results, lang, _concentration(results))) + results_table(results, lang)
+        own += _accuracy_figure(results, out_dir, "figures/vision/report-run", lang)
+        parts.append(details(_tr(lang, "This report’s own run (smaller, so noisier)", "本报告自己的运行（规模更小，噪声更大）"), own))
+    cost = cost_html(lang, cost_file)
+    if cost:
+        parts.append(details(_tr(lang, "What MHSA costs at a detector's feature-map sizes", "MHSA 在检测器特征图尺寸下的代价"), cost))
     title = _tr(lang, "Attention in vision: SE, ECA, CBAM, MHSA2d and a ViT on Fashion-MNIST", "视觉中的注意力：SE、ECA、CBAM、MHSA2d 与 ViT（Fashion-MNIST）")
-    return Section(title, "\n".join(parts))
+    return Section(title, "\n".join(p for p in parts if p))
 
 
 def summary_row(results: dict, lang: str = "en", full_results: dict | None = None) -> tuple[str, str] | None:

@@ -138,10 +138,12 @@ class VisionExperiment(Experiment):
     question = ("Do SE, ECA, CBAM, spatial self-attention and a ViT help a small image classifier, and where do they look?",
                 "SE、ECA、CBAM、空间自注意力和 ViT 能帮助小型图像分类器吗？它们关注哪里？")
     how_to_read = (
-        "The table gives test accuracy (mean ± std over seeds), parameters and cost per model; the maps overlay where spatial "
-        "attention put its weight on test images.",
-        "表格给出每个模型的测试准确率（多个种子的均值 ± 标准差）、参数量和计算量；热图叠加在测试图像上，显示空间注意力的权重位置。")
+        "The figure puts each model's test accuracy (mean ± std over seeds, higher is better) against its parameters and its "
+        "computation; the table has the numbers. The maps of where each module looks are folded under the reading.",
+        "图中把每个模型的测试准确率（多个种子的均值 ± 标准差，越高越好）与它的参数量和计算量放在一起；表格给出具体数字。"
+        "各模块在看哪里的热图折叠在解读下方。")
     report_order = 80
+    lesson = "10_attention_in_vision"  # the course lesson the report links under "Go deeper"
     est_s = {"quick": 110, "tiny": 8}
     quick = {"data": "auto", "train_limit": 2000, "test_limit": 1000, "epochs": 2, "batch_size": 32, "lr": 2e-3,
              "weight_decay": 1e-4, "depth": 8, "width": 16, "reduction": 4, "mhsa_heads": 4,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ...experiments.lab.committed import committed
-from ...page.html import esc, png_img, table
+from ...page.html import esc, figure, table
 
 
 def _quick_rows(result: dict) -> list[list[object]]:
@@ -31,39 +31,116 @@ def _memory_ratio(r: float) -> str:
     return f"1/{1 / r:.0f}" if 0 < r < 1 else f"{r:.1f}×"
 
 
-def _headline(summary: dict) -> str:
-    rows = []
-    names = {"window256_16k_fp32": "sliding window 256, n=16k, fp32", "alibi_8k_fp32": "ALiBi, n=8k, fp32",
-             "t5_8k_fp32": "T5 bias, n=8k, fp32", "bf16_dense_4k": "no mask, n=4k, bf16"}
-    for key, label in names.items():
-        s = summary.get(key)
-        if s:
-            rows.append([label, f"{s['sdpa_ms']:.0f}", f"{s['blockwise_ms']:.0f}", f"{s['speedup']:.2f}×",
-                         f"{s['sdpa_peak_mib']:.0f}", f"{s['blockwise_peak_mib']:.1f}", _memory_ratio(s["memory_ratio"])])
-    html = table(["call", "SDPA ms", "blockwise ms", "speedup", "SDPA peak MiB", "blockwise peak MiB", "blockwise/SDPA memory"], rows)
-    tw = summary.get("train_window_peak_mib", {})
+HEADLINE_CALLS = {"window256_16k_fp32": ("sliding window 256, n=16k, fp32", "滑动窗口 256，n=16k，fp32"),
+                  "alibi_8k_fp32": ("ALiBi, n=8k, fp32", "ALiBi，n=8k，fp32"), "t5_8k_fp32": ("T5 bias, n=8k, fp32", "T5 偏置，n=8k，fp32"),
+                  "bf16_dense_4k": ("no mask, n=4k, bf16", "无掩码，n=4k，bf16")}
+
+
+def _headline(summary: dict) -> dict:
+    """The numbers of the committed full benchmark's summary that the page quotes (JSON-able)."""
+    rows = [{"key": k, **{f: summary[k][f] for f in ("sdpa_ms", "blockwise_ms", "speedup", "sdpa_peak_mib", "blockwise_peak_mib", "memory_ratio")}}
+            for k in HEADLINE_CALLS if summary.get(k)]
+    return {"rows": rows, "train_window_peak_mib": summary.get("train_window_peak_mib", {}),
+            "linear_faster_from_n": summary.get("linear_faster_from_n")}
+
+
+def headline_html(h: dict, lang: str) -> str:
+    """The committed full benchmark's headline table and sentences in ``lang``."""
+    t = lambda en, zh: zh if lang == "zh" else en  # noqa: E731
+    rows = [[HEADLINE_CALLS[r["key"]][lang == "zh"], f"{r['sdpa_ms']:.0f}", f"{r['blockwise_ms']:.0f}", f"{r['speedup']:.2f}×",
+             f"{r['sdpa_peak_mib']:.0f}", f"{r['blockwise_peak_mib']:.1f}", _memory_ratio(r["memory_ratio"])] for r in h["rows"]]
+    html = table([t("call", "调用"), t("SDPA ms", "SDPA 毫秒"), t("blockwise ms", "blockwise 毫秒"), t("speedup", "加速比"),
+                  t("SDPA peak MiB", "SDPA 峰值 MiB"), t("blockwise peak MiB", "blockwise 峰值 MiB"),
+                  t("blockwise/SDPA memory", "blockwise/SDPA 内存比")], rows)
+    tw = h.get("train_window_peak_mib") or {}
     if tw.get("blockwise"):
-        html += "<p>Forward+backward with a sliding window, peak MiB above inputs: " + esc(
-            ", ".join(f"n={n}: blockwise {v:.1f} / SDPA {tw.get('sdpa', {}).get(n, float('nan')):.1f}" for n, v in tw["blockwise"].items())) + "</p>"
-    if summary.get("linear_faster_from_n"):
-        html += f"<p>Causal linear attention is faster than SDPA causal from n = {esc(summary['linear_faster_from_n'])}.</p>"
+        pairs = [(n, v, tw.get("sdpa", {}).get(n, float("nan"))) for n, v in tw["blockwise"].items()]
+        html += "<p>" + t("Forward+backward with a sliding window, peak MiB above inputs: " + esc(", ".join(
+            f"n={n}: blockwise {b:.1f} / SDPA {d:.1f}" for n, b, d in pairs)),
+            "滑动窗口下前向+反向传播、超出输入的峰值 MiB：" + esc("，".join(f"n={n}：blockwise {b:.1f} / SDPA {d:.1f}" for n, b, d in pairs))) + "</p>"
+    if h.get("linear_faster_from_n"):
+        n = esc(h["linear_faster_from_n"])
+        html += "<p>" + t(f"Causal linear attention is faster than SDPA causal from n = {n}.",
+                          f"从 n = {n} 起，因果线性注意力比 SDPA 因果注意力更快。") + "</p>"
     return html
 
 
-def _sweep(result: dict, root: Path | None = None) -> str:
-    """The whole sweep (n × dtype × mask × bias) as the grid PNG, and how often auto chose well."""
-    from ...bench import auto_choices
+def sweep_figure(result: dict, lang: str = "en"):
+    """The whole sweep drawn for the page: time and memory ratios (SDPA / blockwise) as two grids,
+    one above the other at page width, each cell's ratio and ``auto``'s choice in a legible size."""
+    import math
 
-    a = result.get("auto_choices") or auto_choices(result["rows"])
-    html = (f"<h3>The whole sweep (committed <code>attention_full.json</code>: "
-            f"{sum('median_ms' in r for r in result['rows'])} measurements, "
-            f"{sum('skipped' in r for r in result['rows'])} skipped with their reason, {result['wall_s'] / 60:.0f} min)</h3>"
-            f"<p><code>auto</code> chose the backend that measured fastest in {a['chose_fastest']} of {a['configs']} "
-            f"configurations, and one within 1.10× of it in {a['within_1_10']}.")
-    if a["misses"]:
-        html += " Misses: " + esc("; ".join(
-            f"n={m['n']} {m['dtype']} {m['mask']}/{m['bias']}: chose {m['chosen']}, {m['chosen_over_fastest']:.2f}× the fastest ({m['fastest']})"
-            for m in a["misses"])) + "."
-    html += "</p>"
+    import numpy as np
+
+    from ...bench.plot import _SHORT, _grid
+    from ...page.figures import WIDTH_IN, _plt, pick
+
+    plt = _plt()
+    t = lambda en, zh: pick(lang, en, zh)  # noqa: E731
+    cells, ylab, xlab = _grid(result["rows"])
+    fig, axes = plt.subplots(2, 1, figsize=(WIDTH_IN, 2 * (0.42 * len(ylab) + 1.3)), constrained_layout=True)
+    for ax, key, title in zip(axes, ("median_ms", "peak_mib"),
+                              (t("time: SDPA ÷ blockwise (blue, > 1: blockwise faster)", "时间：SDPA ÷ blockwise（蓝色 > 1：blockwise 更快）"),
+                               t("peak memory: SDPA ÷ blockwise (blue, > 1: blockwise smaller)", "峰值内存：SDPA ÷ blockwise（蓝色 > 1：blockwise 更省）"))):
+        z = np.full((len(ylab), len(xlab)), np.nan)
+        for i, y in enumerate(ylab):
+            for j, x in enumerate(xlab):
+                c = cells[y].get(x, {})
+                if "sdpa" in c and "blockwise" in c:
+                    z[i, j] = math.log10(max(c["sdpa"][key], 0.1) / max(c["blockwise"][key], 0.1))
+                chose = {"blockwise": "B", "sdpa": "S", "reference": "R"}.get(c.get("auto", {}).get("chosen", ""), "")
+                v = 10 ** z[i, j]
+                ratio = "–" if np.isnan(z[i, j]) else f"{v:.0f}" if v >= 10 else f"{v:.2g}"
+                dark = np.isfinite(z[i, j]) and abs(z[i, j]) > 1.2
+                ax.text(j, i, f"{ratio} {chose}", ha="center", va="center", fontsize=9, color="white" if dark else "black")
+        lim = np.nanmax(np.abs(z)) if np.isfinite(z).any() else 1.0
+        im = ax.imshow(z, cmap="RdBu", vmin=-lim, vmax=lim, aspect="auto")
+        ax.set_xticks(range(len(xlab)), [f"{_SHORT.get(d, d)} n={n}" for n, d in xlab], fontsize=9)
+        ax.set_yticks(range(len(ylab)), [f"{m}/{b}" for m, b in ylab], fontsize=9)
+        ax.set_title(title, fontsize=11)
+        bar = fig.colorbar(im, ax=ax, shrink=0.9, pad=0.01)
+        ticks = [v for v in (-2, -1, 0, 1, 2) if abs(v) <= lim]
+        bar.set_ticks(ticks, labels=[f"{10 ** v:g}×" for v in ticks])
+        bar.set_label(t("ratio (log scale)", "比值（对数刻度）"))
+    fig.suptitle(t("Each cell: the ratio, then the backend auto chose (B blockwise, S SDPA, R reference); – = SDPA skipped "
+                   "(its dense tensors would not fit)",
+                   "每格：比值，以及 auto 选择的后端（B = blockwise，S = SDPA，R = reference）；– = SDPA 被跳过（稠密张量放不下）"), fontsize=10)
+    return fig
+
+
+def _sweep(result: dict, root: Path | None = None, out: Path | None = None) -> dict:
+    """The whole sweep's counts and how often auto chose well (JSON-able; words at render time);
+    with ``out``, its grid drawn for the page in both languages there (else the committed PNG)."""
+    from ...bench import auto_choices
+    from ...page.figures import save_both
+
     png = committed("attention_full.png", root)
-    return html + (png_img(png, "full sweep") if png else "")
+    if out is not None:
+        png = save_both(out / "sweep.png", lambda lang: sweep_figure(result, lang))[0]
+    return {"measured": sum("median_ms" in r for r in result["rows"]), "skipped": sum("skipped" in r for r in result["rows"]),
+            "minutes": result["wall_s"] / 60, "auto": result.get("auto_choices") or auto_choices(result["rows"]),
+            "png": str(png.resolve()) if png else None}
+
+
+def sweep_html(d: dict, lang: str, png: str | None = None) -> str:
+    """The whole sweep (n × dtype × mask × bias): a sentence in ``lang`` and the committed grid PNG."""
+    a = d["auto"]
+    if lang == "zh":
+        html = (f"<h3>完整扫描（已提交的 <code>attention_full.json</code>：{d['measured']} 次测量，{d['skipped']} 个组合因所述原因跳过，"
+                f"用时 {d['minutes']:.0f} 分钟）</h3><p>在 {a['configs']} 种配置中，<code>auto</code> 有 {a['chose_fastest']} 次选中了实测最快的后端，"
+                f"{a['within_1_10']} 次选中的后端在最快者的 1.10 倍以内。")
+        if a["misses"]:
+            html += "未选中最快者的情况：" + esc("；".join(
+                f"n={m['n']} {m['dtype']} {m['mask']}/{m['bias']}：选了 {m['chosen']}，是最快者（{m['fastest']}）的 {m['chosen_over_fastest']:.2f} 倍"
+                for m in a["misses"])) + "。"
+    else:
+        html = (f"<h3>The whole sweep (committed <code>attention_full.json</code>: {d['measured']} measurements, "
+                f"{d['skipped']} skipped with their reason, {d['minutes']:.0f} min)</h3>"
+                f"<p><code>auto</code> chose the backend that measured fastest in {a['chose_fastest']} of {a['configs']} "
+                f"configurations, and one within 1.10× of it in {a['within_1_10']}.")
+        if a["misses"]:
+            html += " Misses: " + esc("; ".join(
+                f"n={m['n']} {m['dtype']} {m['mask']}/{m['bias']}: chose {m['chosen']}, {m['chosen_over_fastest']:.2f}× the fastest ({m['fastest']})"
+                for m in a["misses"])) + "."
+    html += "</p>"
+    return html + (figure(png, "完整扫描" if lang == "zh" else "full sweep", lang) if png and Path(png).is_file() else "")

@@ -11,12 +11,13 @@ Shape legend: B batch, H heads, n = L = S sequence length, E feature size.
 from __future__ import annotations
 
 import json
+import re
 
 import torch
 
 from ... import attention, linear_attention
 from ...experiments.lab.committed import committed
-from ...page.html import png_img, table
+from ...page.html import details, figure, so_what, table
 from ...page.i18n import tr
 from ...page.story import SectionContext, StorySection
 from ..cache import file_hash
@@ -79,8 +80,25 @@ def compute(ctx: SectionContext) -> dict:
         data["committed_headline"] = _headline(json.loads(full.read_text()).get("summary", {}))
     sweep = committed("attention_full.json", ctx.bench_results)
     if sweep is not None:
-        data["committed_sweep"] = _sweep(json.loads(sweep.read_text()), ctx.bench_results)
+        data["committed_sweep"] = _sweep(json.loads(sweep.read_text()), ctx.bench_results, ctx.dir("cost"))  # numbers; words at render
+        data["_files"] += [ctx.rel(p) for p in ctx.dir("cost").rglob("sweep.png")]
     return data
+
+
+CALLS_ZH = {"plain": "无掩码", "causal (L == S)": "因果（L == S）", "padding (lengths 40, 64)": "填充（长度 40、64）",
+            "sliding window 16": "滑动窗口 16", "document ids": "文档编号", "ALiBi bias": "ALiBi 偏置",
+            "causal + T5 bias": "因果 + T5 偏置", "additive (Bahdanau) score": "加性（Bahdanau）打分", "weights requested": "要求返回权重"}
+_REASONS_ZH = ((r"lowest estimated time \(", "估计时间最短（"), (r"preferred and within ([0-9.]+)x of the fastest estimate \(", r"首选后端，且在最快估计的 \1 倍以内（"),
+               (r"; path: Python tile loop", "；路径：Python 分块循环"), (r"; path: ", "；路径："), (r" ms", " 毫秒"), (r"\)$", "）"), (r", ", "，"))
+
+
+def reason(text: str, lang: str) -> str:
+    """attnkit's dispatch reason (English, from the call's report) in the page's language."""
+    if lang != "zh":
+        return text
+    for pattern, repl in _REASONS_ZH:
+        text = re.sub(pattern, repl, text)
+    return text
 
 
 def render(data: dict, ctx: SectionContext, lang: str) -> str:
@@ -104,30 +122,52 @@ def render(data: dict, ctx: SectionContext, lang: str) -> str:
     ) + "</p>"
     html += table([tr(lang, "n", "n"), tr(lang, "dense scores, GiB (B=1, H=8, fp32)", "稠密分数矩阵 GiB（B=1，H=8，fp32）")],
                   [[f"{int(n):,}", f"{g:.3f}"] for n, g in gib.items()])
-    html += "<h3>" + tr(lang, "What <code>auto</code> chose, and why", "<code>auto</code> 选了哪个后端，为什么") + "</h3>"
-    html += table([tr(lang, "call (B=2, H=4, L=S=64, E=16)", "调用（B=2，H=4，L=S=64，E=16）"), tr(lang, "backend that ran", "实际运行的后端"),
-                   tr(lang, "why (attnkit's report)", "原因（attnkit 的报告）"), tr(lang, "dense bytes materialized", "物化的稠密字节数")],
-                  [[r["call"], r["ran"], r["why"], f"{r['bytes']:,}"] for r in data["auto"]])
+    if data.get("quick_png"):
+        html += figure(ctx.out / data["quick_png"], tr(lang, "quick benchmark", "快速基准测试"), lang)
+    html += so_what(lang, tr(
+        lang,
+        "Long inputs are expensive because of the n × n score matrix, not because of the arithmetic of one score. An exact "
+        "blockwise kernel removes the memory wall without changing the answer; linear attention removes the quadratic time too, "
+        "but computes a different function, so it is a modelling choice, not a free speed-up.",
+        "长输入之所以昂贵，是因为 n × n 的分数矩阵，而不是单个分数的计算量。精确的分块内核去掉了内存墙，答案不变；"
+        "线性注意力连二次方的时间也去掉了，但算的是另一个函数，所以它是建模上的选择，而不是免费的加速。"))
+    html += details(tr(lang, "What <code>auto</code> chose for nine typical calls, and why", "<code>auto</code> 为九种典型调用选了哪个后端，为什么"),
+                    _auto_table(data, lang))
     if "quick_rows" in data:
-        if data.get("quick_source") == "committed":
-            html += "<h3>" + tr(lang, "Quick benchmark (committed <code>attention_quick.json</code> of <code>attnkit bench --quick</code>)",
-                                "快速基准测试（已提交的 <code>attnkit bench --quick</code> 结果 <code>attention_quick.json</code>）") + "</h3>"
-        else:
-            html += "<h3>" + tr(lang, "Quick benchmark, measured now", "快速基准测试（本次实测）") + "</h3>"
-        html += "<p>" + tr(lang, "B=1, H=8, E=64, n=2,048, fp32, median of 3 runs, each in a fresh process. Columns: mask/bias of the call; "
-                                 "backend measured; what auto chose for it; median time in ms; peak resident memory above the inputs in MiB; "
-                                 "speed relative to SDPA given the dense mask a user would build (>1× = faster).",
-                           "B=1，H=8，E=64，n=2,048，fp32，3 次运行取中位数，每次在新进程中。列：调用的掩码/偏置；所测后端；auto 的选择；"
-                           "中位时间（毫秒）；超出输入的峰值常驻内存（MiB）；相对 SDPA（使用用户会构造的稠密掩码）的速度（>1× 表示更快）。") + "</p>"
-        html += table(["mask/bias", "backend", "chosen", "median ms", "peak MiB", "speed vs SDPA"], data["quick_rows"])
-        if data.get("quick_png"):
-            html += png_img(ctx.out / data["quick_png"], "quick benchmark")
-    else:
-        html += "<p class='note'>" + tr(lang, "The quick benchmark is skipped at this report size.", "此报告规模下跳过快速基准测试。") + "</p>"
+        html += details(tr(lang, "The quick benchmark, row by row", "快速基准测试的逐行数字"), _quick_table(data, lang))
     if data.get("committed_headline"):
-        html += "<h3>" + tr(lang, "The full comparison (committed results of <code>attnkit bench</code>)", "完整对比（已提交的 <code>attnkit bench</code> 结果）") + "</h3>"
-        html += data["committed_headline"] + data.get("committed_sweep", "")
+        html += details(tr(lang, "The full comparison at 4k–16k tokens (committed results of <code>attnkit bench</code>)",
+                           "4k–16k 个 token 的完整对比（已提交的 <code>attnkit bench</code> 结果）"),
+                        bench.headline_html(data["committed_headline"], lang) + _sweep_html(data, lang))
     return html
+
+
+def _auto_table(data: dict, lang: str) -> str:
+    return table([tr(lang, "call (B=2, H=4, L=S=64, E=16)", "调用（B=2，H=4，L=S=64，E=16）"), tr(lang, "backend that ran", "实际运行的后端"),
+                  tr(lang, "why (attnkit's report)", "原因（attnkit 的报告）"), tr(lang, "dense bytes materialized", "物化的稠密字节数")],
+                 [[tr(lang, r["call"], CALLS_ZH.get(r["call"], r["call"])), r["ran"], reason(r["why"], lang), f"{r['bytes']:,}"]
+                  for r in data["auto"]])
+
+
+def _quick_table(data: dict, lang: str) -> str:
+    source = (tr(lang, "committed <code>attention_quick.json</code> of <code>attnkit bench --quick</code>",
+                 "已提交的 <code>attnkit bench --quick</code> 结果 <code>attention_quick.json</code>")
+              if data.get("quick_source") == "committed" else tr(lang, "measured now", "本次实测"))
+    html = "<p>" + tr(lang, f"Source: {source}. B=1, H=8, E=64, n=2,048, fp32, median of 3 runs, each in a fresh process. Columns: mask/bias of the call; "
+                            "backend measured; what auto chose for it; median time in ms; peak resident memory above the inputs in MiB; "
+                            "speed relative to SDPA given the dense mask a user would build (>1× = faster).",
+                      f"来源：{source}。B=1，H=8，E=64，n=2,048，fp32，3 次运行取中位数，每次在新进程中。列：调用的掩码/偏置；所测后端；auto 的选择；"
+                      "中位时间（毫秒）；超出输入的峰值常驻内存（MiB）；相对 SDPA（使用用户会构造的稠密掩码）的速度（>1× 表示更快）。") + "</p>"
+    return html + table([tr(lang, "mask/bias", "掩码/偏置"), tr(lang, "backend", "后端"), tr(lang, "chosen", "auto 的选择"),
+                         tr(lang, "median ms", "中位毫秒"), tr(lang, "peak MiB", "峰值 MiB"), tr(lang, "speed vs SDPA", "相对 SDPA 的速度")],
+                        data["quick_rows"])
+
+
+def _sweep_html(data: dict, lang: str) -> str:
+    sweep = data.get("committed_sweep")
+    if isinstance(sweep, dict):  # the numbers of the sweep, written in the page's language
+        return bench.sweep_html(sweep, lang, png=sweep.get("png"))
+    return ""
 
 
 def summary(data: dict, ctx: SectionContext, lang: str):
@@ -151,4 +191,5 @@ def section() -> StorySection:
          "better) and the tables say which backend auto chose and why.",
          "第一张表是稠密分数矩阵所需的内存；基准图给出各后端的实测时间（越低越好），表格说明 auto 选择了哪个后端以及原因。"),
         compute, render, (__name__, bench.__name__, backends.__name__), inputs=inputs, est_s={"quick": 5, "tiny": 2},
-        summary=summary, order=ORDER)
+        summary=summary, order=ORDER,
+        lesson="06_flash_online_softmax")

@@ -10,12 +10,12 @@ import numpy as np
 import torch
 
 from ... import attention, masks
-from ...page.figures import heatmaps_figure, save
-from ...page.html import esc, png_img, table
+from ...page.figures import heatmaps_figure, pick, save_both
+from ...page.html import details, esc, figure, so_what, table
 from ...page.i18n import tr
 from ...page.story import SectionContext, StorySection
 
-NUMPY_CODE = """import numpy as np
+NUMPY_CODE = {"en": """import numpy as np
 def attention_numpy(q, k, v, allowed=None):          # q (L, E), k (S, E), v (S, Ev)
     scores = q @ k.T / np.sqrt(q.shape[-1])          # 1. score every key for every query (L, S)
     if allowed is not None:
@@ -24,7 +24,17 @@ def attention_numpy(q, k, v, allowed=None):          # q (L, E), k (S, E), v (S,
     w = w / w.sum(-1, keepdims=True)                 # 2. normalise each row to sum to 1 (softmax)
     return w @ v, w                                  # 3. weighted sum of the values (L, Ev)
 
-out = attnkit.attention(q, k, v, mask=attnkit.masks.causal(), return_weights=True)   # the same, any backend"""
+out = attnkit.attention(q, k, v, mask=attnkit.masks.causal(), return_weights=True)   # the same, any backend""",
+              "zh": """import numpy as np
+def attention_numpy(q, k, v, allowed=None):          # q (L, E)，k (S, E)，v (S, Ev)
+    scores = q @ k.T / np.sqrt(q.shape[-1])          # 1. 每个查询给每个键打分 (L, S)
+    if allowed is not None:
+        scores = np.where(allowed, scores, -np.inf)  #    被掩码的配对记为 -inf ……
+    w = np.exp(scores - scores.max(-1, keepdims=True))
+    w = w / w.sum(-1, keepdims=True)                 # 2. 每行归一化，和为 1（softmax）
+    return w @ v, w                                  # 3. 对值加权求和 (L, Ev)
+
+out = attnkit.attention(q, k, v, mask=attnkit.masks.causal(), return_weights=True)   # 同样的计算，任意后端"""}
 
 
 def attention_numpy(q: np.ndarray, k: np.ndarray, v: np.ndarray, allowed: np.ndarray | None = None):
@@ -37,13 +47,27 @@ def attention_numpy(q: np.ndarray, k: np.ndarray, v: np.ndarray, allowed: np.nda
     return w @ v, w
 
 
-def steps_figure(scores: np.ndarray, w: np.ndarray):
+def steps_figure(scores: np.ndarray, w: np.ndarray, lang: str = "en"):
     """Scores (L, S) and their softmax weights (L, S) side by side, each with its own colour bar: the
     two are different quantities (scores are any real number, weights lie in [0, 1])."""
-    return heatmaps_figure([("1. scores  q·k / √E", scores), ("2. weights = softmax(scores) per row", w)],
-                           xlabel="key position (t0 … t5)", ylabel="query position",
-                           cbar=["score q·k / √E (unitless)", "weight (0 to 1, rows sum to 1)"],
+    t = lambda en, zh: pick(lang, en, zh)  # noqa: E731
+    return heatmaps_figure([(t("1. scores  q·k / √E", "1. 分数 q·k / √E"), scores),
+                            (t("2. weights = softmax(scores) per row", "2. 权重 = 每行 softmax(分数)"), w)],
+                           xlabel=t("key position (t0 … t5)", "键的位置（t0 … t5）"), ylabel=t("query position", "查询的位置"),
+                           cbar=[t("score q·k / √E (unitless)", "分数 q·k / √E（无单位）"),
+                                 t("weight (0 to 1, rows sum to 1)", "权重（0 到 1，每行和为 1）")],
                            vmin=None, vmax=None, cmap="viridis", height=4.0)
+
+
+def static_dynamic_figure(w: np.ndarray, lang: str = "en"):
+    """Average pooling's weights (every query the same row, 1/S) beside attention's (each query its
+    own row), on one 0-to-1 colour scale: the picture of "dynamic weighting"."""
+    t = lambda en, zh: pick(lang, en, zh)  # noqa: E731
+    static = np.full_like(w, 1.0 / w.shape[1])
+    return heatmaps_figure([(t("average pooling: the same weights for every query", "平均池化：每个查询的权重都一样"), static),
+                            (t("attention: each query computes its own weights", "注意力：每个查询自己算权重"), w)],
+                           xlabel=t("key (position it reads from)", "键（被读取的位置）"), ylabel=t("query (position being built)", "查询（正在计算输出的位置）"),
+                           cbar=t("weight (each row sums to 1)", "权重（每行和为 1）"), vmin=0.0, vmax=1.0, cmap="viridis", height=3.8)
 
 
 def compute(ctx: SectionContext) -> dict:
@@ -64,31 +88,63 @@ def compute(ctx: SectionContext) -> dict:
     _, w = attention_numpy(q[0, 0].numpy(), k[0, 0].numpy(), v[0, 0].numpy())
     labels = [f"t{i}" for i in range(L)]
     d = ctx.dir("intro")
-    png = save(steps_figure(scores, w), d / "steps.png")
+    files = save_both(d / "steps.png", lambda lang: steps_figure(scores, w, lang))
+    files += save_both(d / "dynamic.png", lambda lang: static_dynamic_figure(w, lang))
     best = int(w[2].argmax())
     return {"rows": rows, "L": L, "E": E, "labels": labels, "q2_best": best, "q2_best_w": float(w[2, best]),
-            "png": ctx.rel(png), "_files": [ctx.rel(png)]}
+            "score_range": [float(scores.min()), float(scores.max())],
+            "png": ctx.rel(files[0]), "dynamic_png": ctx.rel(d / "dynamic.png"), "_files": [ctx.rel(f) for f in files]}
 
 
 def render(data: dict, ctx: SectionContext, lang: str) -> str:
     worst = max(max(r["max_out_diff"], r["max_w_diff"]) for r in data["rows"])
-    html = f"<pre>{esc(NUMPY_CODE)}</pre>"
-    html += png_img(ctx.out / data["png"], "scores and weights")
+    row_err = max(r["row_sum_err"] for r in data["rows"])
+    html = "<p>" + tr(
+        lang,
+        "Attention is <b>dynamic weighting</b>. To build the output at one position, the layer looks at every position it may "
+        "read, scores how relevant each one is <em>for this position</em>, turns the scores into weights that sum to 1, and "
+        "returns the weighted sum of what those positions carry. Average pooling also returns a weighted sum, but with the "
+        "same weights for every position; attention computes new weights for each one (left and right below).",
+        "注意力就是<b>动态加权</b>。为了算出某个位置的输出，注意力层查看它能读取的每一个位置，给每个位置打一个“对当前位置有多相关”的分数，"
+        "把分数变成和为 1 的权重，再返回这些位置所携带内容的加权和。平均池化也返回加权和，但每个位置用的权重都一样；"
+        "注意力则为每个位置重新计算权重（见下图左右两幅）。") + "</p>"
     html += "<p>" + tr(
+        lang,
+        "Each position plays three roles, through three learned linear maps of its vector: the <b>query</b> q (what this position "
+        "is looking for), the <b>key</b> k (what it offers to be matched against) and the <b>value</b> v (what it hands over "
+        "when it is chosen). The score of a pair is q·k/√E (E is the vector size; dividing by √E keeps scores from growing with E), "
+        "the weights are a softmax over the keys, and the output is the weighted sum of the values.",
+        "每个位置通过对自身向量做三个学习得到的线性变换，扮演三种角色：<b>查询</b> q（这个位置在找什么）、<b>键</b> k（它拿什么来被匹配）、"
+        "<b>值</b> v（被选中时它交出什么）。一对位置的分数是 q·k/√E（E 是向量长度；除以 √E 使分数不随 E 变大而膨胀），"
+        "权重是在所有键上做 softmax，输出是值的加权和。") + "</p>"
+    html += figure(ctx.out / data["dynamic_png"], tr(lang, "static versus dynamic weighting", "静态加权与动态加权"), lang)
+    html += "<p>" + tr(lang, "The three steps, in NumPy, and the same call in attnkit:", "三个步骤的 NumPy 写法，以及 attnkit 中的同一调用：") + "</p>"
+    html += f"<pre>{esc(NUMPY_CODE['zh' if lang == 'zh' else 'en'])}</pre>"
+    lo, hi = data.get("score_range", (float("nan"), float("nan")))
+    html += figure(ctx.out / data["png"], tr(lang, "scores and weights", "分数与权重"), lang)
+    html += so_what(lang, tr(
+        lang,
+        f"Scores can be any real number (here from {lo:.2f} to {hi:.2f}); softmax turns each row into shares of 1, so a query's "
+        f"output is mostly the value of the key it scores highest: query t2 gives {data['q2_best_w']:.2f} of its weight to key "
+        f"t{data['q2_best']}. Everything else on this page (masks, heads, caches, faster kernels) changes how these three steps "
+        "are computed or which pairs they may use, not what they are.",
+        f"分数可以是任意实数（这里从 {lo:.2f} 到 {hi:.2f}）；softmax 把每一行变成和为 1 的份额，所以一个查询的输出主要是它打分最高的那个键的值："
+        f"查询 t2 把 {data['q2_best_w']:.2f} 的权重给了键 t{data['q2_best']}。本页其余内容（掩码、多头、缓存、更快的内核）"
+        "改变的是这三步怎样计算、或允许哪些配对参与，而不是这三步本身。"))
+    check = "<p>" + tr(
         lang,
         f"Measured now on {data['L']} random tokens of size {data['E']} in float64: NumPy's three steps and "
         f"<code>attnkit.attention</code> agree to {worst:.1e} at most (outputs and weights, {len(data['rows'])} calls), "
-        f"and every row of weights sums to 1 within {max(r['row_sum_err'] for r in data['rows']):.1e}. "
-        f"Query t2 gives its largest weight, {data['q2_best_w']:.2f}, to key t{data['q2_best']}: its output is mostly that key's value.",
+        f"and every row of weights sums to 1 within {row_err:.1e}. Δ = attnkit minus NumPy, the largest absolute difference over all entries.",
         f"本次在 {data['L']} 个长度为 {data['E']} 的随机向量上用 float64 测得：NumPy 的三步与 <code>attnkit.attention</code> "
-        f"最大差异为 {worst:.1e}（输出和权重，共 {len(data['rows'])} 次调用），每行权重之和与 1 的差不超过 "
-        f"{max(r['row_sum_err'] for r in data['rows']):.1e}。查询 t2 把最大的权重 {data['q2_best_w']:.2f} 给了键 t{data['q2_best']}：它的输出主要就是这个键的值。",
-    ) + "</p>"
-    html += table([tr(lang, "call", "调用"), tr(lang, "backend auto chose", "auto 选择的后端"), tr(lang, "max |Δ output|", "输出最大差"),
-                   tr(lang, "max |Δ weight|", "权重最大差"), tr(lang, "max |row sum − 1|", "行和与 1 的最大差")],
-                  [[r["case"], r["backend"], f"{r['max_out_diff']:.1e}", f"{r['max_w_diff']:.1e}", f"{r['row_sum_err']:.1e}"] for r in data["rows"]])
-    html += "<p class='note'>" + tr(lang, "Columns: Δ = attnkit minus NumPy, largest absolute difference over all entries.",
-                                    "列说明：Δ = attnkit 减 NumPy，取所有元素中绝对值最大的差。") + "</p>"
+        f"最大差异为 {worst:.1e}（输出和权重，共 {len(data['rows'])} 次调用），每行权重之和与 1 的差不超过 {row_err:.1e}。"
+        "Δ = attnkit 减 NumPy，取所有元素中绝对值最大的差。") + "</p>"
+    cases = {"plain": "无掩码", "causal": "因果掩码", "padding (4 of 6 keys)": "填充掩码（6 个键中保留 4 个）"}
+    check += table([tr(lang, "call", "调用"), tr(lang, "backend auto chose", "auto 选择的后端"), tr(lang, "max |Δ output|", "输出最大差"),
+                    tr(lang, "max |Δ weight|", "权重最大差"), tr(lang, "max |row sum − 1|", "行和与 1 的最大差")],
+                   [[tr(lang, r["case"], cases.get(r["case"], r["case"])), r["backend"], f"{r['max_out_diff']:.1e}", f"{r['max_w_diff']:.1e}",
+                     f"{r['row_sum_err']:.1e}"] for r in data["rows"]])
+    html += details(tr(lang, f"Check: NumPy and attnkit agree to {worst:.1e}", f"核对：NumPy 与 attnkit 的差异不超过 {worst:.1e}"), check)
     return html
 
 
@@ -106,7 +162,9 @@ def section() -> StorySection:
     return StorySection(
         "intro", ("What attention is", "什么是注意力"),
         ("What does an attention layer compute, step by step?", "注意力层一步一步算的是什么？"),
-        ("Left: the score of every (query, key) pair, one row per query. Right: the same rows after softmax — each row sums "
-         "to 1 and says how much of each value goes into that query's output.",
-         "左图：每个 (查询, 键) 对的分数，每行一个查询。右图：同样的行经过 softmax 之后——每行和为 1，表示每个值在该查询输出中所占的份额。"),
-        compute, render, (__name__,), est_s={"quick": 2, "tiny": 1}, summary=summary, order=ORDER)
+        ("In every heatmap a row is one query and a column one key. In the second figure, left: the score of every (query, key) pair; "
+         "right: the same rows after softmax — each row sums to 1 and says how much of each value goes into that query's output.",
+         "每幅热力图中，一行是一个查询，一列是一个键。第二幅图左边是每个 (查询, 键) 对的分数；右边是同样的行经过 softmax 之后——"
+         "每行和为 1，表示每个值在该查询输出中所占的份额。"),
+        compute, render, (__name__,), est_s={"quick": 2, "tiny": 1}, summary=summary, order=ORDER,
+        lesson="01_attention_from_scratch")

@@ -10,7 +10,7 @@ import torch
 
 from ...experiments.lab.committed import committed
 from ...experiments.lab.threads import threads
-from ...page.html import png_img, table
+from ...page.html import details, figure, so_what, table
 from ...page.i18n import tr
 from ...page.story import SectionContext, StorySection
 from ..cache import file_hash
@@ -84,28 +84,37 @@ def render(data: dict, ctx: SectionContext, lang: str) -> str:
                    tr(lang, "recompute tok/s", "重算 token/秒"), tr(lang, "speedup (dynamic / recompute)", "加速比（动态/重算）"),
                    tr(lang, "same tokens", "token 相同")],
                   [[r["layers"], f"{r['dynamic']:.0f}", f"{r['static']:.0f}", f"{r['recompute']:.1f}", f"{r['dynamic'] / r['recompute']:.1f}×",
-                    "yes" if r["same"] else "NO"] for r in rows])
+                    tr(lang, "yes", "是") if r["same"] else tr(lang, "NO", "否")] for r in rows])
     html += "<p class='note'>" + tr(lang, "Columns: tokens generated per second; the dynamic cache grows with each token, the static one is "
                                           "allocated once for the maximum length.",
                                     "列说明：每秒生成的 token 数；动态缓存随每个 token 增长，静态缓存按最大长度一次性分配。") + "</p>"
+    html += so_what(lang, tr(
+        lang,
+        "Generating text one token at a time only needs the new token's query; the keys and values of the earlier tokens do "
+        "not change, so they are kept instead of recomputed. That turns each step's cost from growing with the text so far "
+        "into a constant, at the price of memory that grows with the text.",
+        "逐个生成 token 时，只需要新 token 的查询；之前 token 的键和值不会改变，所以把它们保存下来而不是重算。"
+        "这样每一步的成本不再随已生成文本的长度增长，而是保持不变，代价是内存随文本长度增长。"))
     if data.get("committed"):
-        html += "<h3>" + tr(lang, "1,024 tokens (committed <code>decoding.json</code>)", "1,024 个 token（已提交的 <code>decoding.json</code>）") + "</h3>"
-        html += table([tr(lang, "model", "模型"), "dynamic tok/s", "static tok/s", "sdpa raw tok/s", "recompute tok/s"],
-                      [[c["model"].replace("_", " "), *(f"{c.get(k, float('nan')):.1f}" for k in ("dynamic", "static", "sdpa_raw", "recompute"))]
-                       for c in data["committed"]])
+        more = table([tr(lang, "model", "模型"), tr(lang, "dynamic tok/s", "动态缓存 token/秒"), tr(lang, "static tok/s", "静态缓存 token/秒"),
+                      tr(lang, "sdpa raw tok/s", "直接调用 sdpa token/秒"), tr(lang, "recompute tok/s", "重算 token/秒")],
+                     [[c["model"].replace("_", " "), *(f"{c.get(k, float('nan')):.1f}" for k in ("dynamic", "static", "sdpa_raw", "recompute"))]
+                      for c in data["committed"]])
         if data.get("committed_png"):
             from pathlib import Path
 
             if Path(data["committed_png"]).is_file():
-                html += png_img(data["committed_png"], "per-token time by position")
+                more += figure(data["committed_png"], tr(lang, "per-token time by position", "按位置的每 token 时间"), lang)
+        html += details(tr(lang, "1,024 tokens (committed <code>decoding.json</code>)", "1,024 个 token（已提交的 <code>decoding.json</code>）"), more)
     return html
 
 
 def summary(data: dict, ctx: SectionContext, lang: str):
     best = max(data["rows"], key=lambda r: r["layers"])
     x = best["dynamic"] / best["recompute"]
-    return (tr(lang, f"KV cache {x:.1f}× faster at {data['n_tokens']} tokens, same tokens: {all(r['same'] for r in data['rows'])}",
-               f"{data['n_tokens']} 个 token 时 KV 缓存快 {x:.1f} 倍，输出相同：{all(r['same'] for r in data['rows'])}"),
+    same = all(r["same"] for r in data["rows"])
+    return (tr(lang, f"KV cache {x:.1f}× faster at {data['n_tokens']} tokens, same tokens: {'yes' if same else 'no'}",
+               f"{data['n_tokens']} 个 token 时 KV 缓存快 {x:.1f} 倍，输出相同：{'是' if same else '否'}"),
             tr(lang, "decoding cost per step stays flat with a cache", "有缓存时每步解码成本保持平稳"))
 
 
@@ -119,4 +128,5 @@ def section() -> StorySection:
         ("Why does text generation keep a cache of keys and values, and how much does it save?", "为什么文本生成要缓存键和值？能省多少？"),
         ("Tokens per second (higher is better) with a dynamic cache, a static cache, and recomputing the whole prefix.",
          "每秒生成的 token 数（越高越好）：动态缓存、静态缓存、以及每步重算整个前缀。"),
-        compute, render, (__name__,), inputs=inputs, est_s={"quick": 10, "tiny": 2}, summary=summary, order=ORDER)
+        compute, render, (__name__,), inputs=inputs, est_s={"quick": 10, "tiny": 2}, summary=summary, order=ORDER,
+        lesson="09_kv_cache")

@@ -9,8 +9,8 @@ from __future__ import annotations
 import torch
 
 from ... import attention, masks
-from ...page.figures import heatmaps
-from ...page.html import png_img, table
+from ...page.figures import binary_maps_figure, pick, save_both
+from ...page.html import details, figure, so_what, table
 from ...page.i18n import tr
 from ...page.story import SectionContext, StorySection
 
@@ -47,16 +47,25 @@ def compute(ctx: SectionContext) -> dict:
     # sliding window: the share of pairs that are computed at all, as n grows
     share = {n: float(masks.sliding_window(left=255, right=0).materialize(n, n).float().mean()) for n in (512, 1024, 2048)}
     d = ctx.dir("masks")
-    pics = [("padding: 7 real tokens of 12", masks.padding_mask([REAL], L_PIC)), ("causal", masks.causal()),
-            (f"sliding window ({WINDOW} keys, causal)", masks.sliding_window(left=WINDOW - 1, right=0))]
-    png = heatmaps(d / "masks.png", [(t, m.materialize(L_PIC, L_PIC)[0, 0].float().numpy()) for t, m in pics],
-                   xlabel="key position", ylabel="query position", cbar="1 = may attend, 0 = masked", cmap="Greys")
-    return {"L": L, "causal": causal, "padding": padding, "window_share": share, "png": ctx.rel(png), "_files": [ctx.rel(png)]}
+    files = save_both(d / "masks.png", lambda lang: masks_figure(lang))
+    return {"L": L, "causal": causal, "padding": padding, "window_share": share, "png": ctx.rel(files[0]),
+            "_files": [ctx.rel(f) for f in files]}
+
+
+def masks_figure(lang: str = "en"):
+    """Padding, causal and sliding-window masks on a 12-token sequence, as allowed / masked cells."""
+    t = lambda en, zh: pick(lang, en, zh)  # noqa: E731
+    pics = [(t(f"padding: {REAL} real tokens of {L_PIC}", f"填充：{L_PIC} 个中 {REAL} 个真实 token"), masks.padding_mask([REAL], L_PIC)),
+            (t("causal", "因果"), masks.causal()),
+            (t(f"sliding window ({WINDOW} keys, causal)", f"滑动窗口（{WINDOW} 个键，因果）"), masks.sliding_window(left=WINDOW - 1, right=0))]
+    return binary_maps_figure([(title, m.materialize(L_PIC, L_PIC)[0, 0].numpy()) for title, m in pics],
+                              xlabel=t("key position", "键的位置"), ylabel=t("query position", "查询的位置"),
+                              on=t("may attend", "可以关注"), off=t("masked: weight exactly 0", "被掩码：权重恰好为 0"))
 
 
 def render(data: dict, ctx: SectionContext, lang: str) -> str:
     c, p, L = data["causal"], data["padding"], data["L"]
-    html = png_img(ctx.out / data["png"], "masks")
+    html = figure(ctx.out / data["png"], tr(lang, "masks", "掩码"), lang)
     html += "<p>" + tr(
         lang,
         f"Measured now (L = {L}, 2 heads, random q, k, v). <b>Causal</b>: changing only the last token moved the outputs "
@@ -69,12 +78,19 @@ def render(data: dict, ctx: SectionContext, lang: str) -> str:
         f"<b>填充掩码</b>：{p['real']} 个真实 token 填充到 {L} 时，没有掩码会把 {100 * p['mass_on_padding']:.0f}% 的注意力放在填充位上，"
         f"改变填充内容会使真实位置的输出最多变化 {p['without']:.3f}；使用 <code>masks.padding_mask</code> 时为 {p['with']:.1e}。",
     ) + "</p>"
-    html += table([tr(lang, "sequence length n", "序列长度 n"), tr(lang, "share of (query, key) pairs computed, window 256", "窗口 256 时需要计算的 (查询, 键) 对比例")],
+    html += so_what(lang, tr(
+        lang,
+        "A mask is not a detail of efficiency: it decides what a position is allowed to know. A decoder trained without the causal "
+        "mask can read the answer it is asked to predict, and a padded batch without the padding mask mixes filler into real "
+        "outputs; with the mask both leaks drop to rounding error.",
+        "掩码不是效率上的细节：它决定了一个位置被允许知道什么。没有因果掩码训练的解码器可以直接读到它要预测的答案；"
+        "没有填充掩码的批次会把填充内容混进真实输出；加上掩码后，两种泄漏都降到舍入误差的量级。"))
+    share = table([tr(lang, "sequence length n", "序列长度 n"), tr(lang, "share of (query, key) pairs computed, window 256", "窗口 256 时需要计算的 (查询, 键) 对比例")],
                   [[n, f"{100 * s:.1f} %"] for n, s in data["window_share"].items()])
-    html += "<p>" + tr(lang, "A sliding window keeps cost linear in n: the share of pairs it keeps roughly halves each time n doubles (table); "
-                             "a backend that skips masked tiles (blockwise) turns that into time and memory saved.",
-                       "滑动窗口让计算量随 n 线性增长：n 每翻一倍，保留的配对比例大约减半（见表）；跳过被掩码块的后端（blockwise）会把它变成节省的时间和内存。") + "</p>"
-    return html
+    share += "<p>" + tr(lang, "A sliding window keeps cost linear in n: the share of pairs it keeps roughly halves each time n doubles; "
+                              "a backend that skips masked tiles (blockwise) turns that into time and memory saved.",
+                        "滑动窗口让计算量随 n 线性增长：n 每翻一倍，保留的配对比例大约减半；跳过被掩码块的后端（blockwise）会把它变成节省的时间和内存。") + "</p>"
+    return html + details(tr(lang, "Sliding windows: the share of pairs computed as n grows", "滑动窗口：随 n 增长需要计算的配对比例"), share)
 
 
 def summary(data: dict, ctx: SectionContext, lang: str):
@@ -91,6 +107,7 @@ def section() -> StorySection:
     return StorySection(
         "masks", ("Masks: padding, causal, sliding window", "掩码：填充、因果、滑动窗口"),
         ("Which (query, key) pairs may attend, and what goes wrong without a mask?", "哪些 (查询, 键) 对可以相互关注？没有掩码会出什么错？"),
-        ("Black cells may attend, white cells are masked (their weight is exactly 0). Rows are queries, columns keys.",
-         "黑色格子可以关注，白色格子被掩码（权重恰好为 0）。行是查询，列是键。"),
-        compute, render, (__name__,), est_s={"quick": 3, "tiny": 1}, summary=summary, order=ORDER)
+        ("Dark cells may attend, light cells are masked (their weight is exactly 0). Rows are queries, columns keys.",
+         "深色格子可以关注，浅色格子被掩码（权重恰好为 0）。行是查询，列是键。"),
+        compute, render, (__name__,), est_s={"quick": 3, "tiny": 1}, summary=summary, order=ORDER,
+        lesson="04_masks")

@@ -6,7 +6,7 @@ their own (``attnkit.experiments.misconceptions``), each a section of its own.
 
 from __future__ import annotations
 
-from ...page.html import table
+from ...page.html import so_what, table
 from ...page.i18n import tr
 from ...page.story import SectionContext, StorySection
 from ..experiment_section import load_results
@@ -58,7 +58,12 @@ def older_render(data: dict, ctx: SectionContext, lang: str) -> str:
                    tr(lang, f"{m}, shortest sources", f"{m}，最短源序列"), tr(lang, f"{m}, longest sources", f"{m}，最长源序列")],
                   [[LABELS.get(r["model"], (r["model"],) * 2)[lang == "zh"], f"{r['params']:,}", f"{r['overall']:.1f}", f"{r['shortest']:.1f}",
                     f"{r['longest']:.1f}"] for r in data["rows"]])
-    return html
+    return html + so_what(lang, tr(
+        lang,
+        "Attention is older than the Transformer: it was added to recurrent translators in 2014 so the decoder could look back at "
+        "every source word instead of one fixed summary vector. The Transformer (2017) kept that idea and dropped the recurrence.",
+        "注意力比 Transformer 更早：2014 年它被加进循环神经网络翻译模型，让解码器可以回看每一个源词，而不是只看一个固定的摘要向量。"
+        "Transformer（2017）保留了这个想法，去掉了循环结构。"))
 
 
 def older_summary(data: dict, ctx: SectionContext, lang: str):
@@ -84,4 +89,5 @@ def section() -> StorySection:
          "seq2seq run, next to a Transformer of the same size.",
          "表格在本报告的 seq2seq 运行上比较同一个 RNN 编码器-解码器有无注意力（Bahdanau 等，2014），以及同等规模的 Transformer。"),
         older_compute, older_render, (__name__,), inputs=lambda ctx: {"seq2seq": ctx.data.get("seq2seq")},
-        est_s={"quick": 0.1, "tiny": 0.1}, summary=older_summary, order=ORDER)
+        est_s={"quick": 0.1, "tiny": 0.1}, summary=older_summary, order=ORDER,
+        lesson="02_scores_and_alignment")

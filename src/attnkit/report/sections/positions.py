@@ -13,21 +13,23 @@ from __future__ import annotations
 import torch
 
 from ... import RotaryEmbedding, attention, biases
-from ...page.figures import heatmaps_figure, save
-from ...page.html import png_img, table
+from ...page.figures import heatmaps_figure, pick, save_both
+from ...page.html import details, figure, so_what, table
 from ...page.i18n import tr
 from ...page.story import SectionContext, StorySection
 
 
-def alibi_figure(H: int, L: int):
+def alibi_figure(H: int, L: int, lang: str = "en"):
     """ALiBi's bias (L, L) for the steepest head (0) and the shallowest (H − 1) on one shared colour
     scale, so the steep head's fast fall-off and the shallow head's near-flat bias look different."""
     bm = biases.ALiBi(H).materialize(L, L)[0]  # (H, L, L)
     slopes = biases.alibi_slopes(H)
-    return heatmaps_figure([(f"ALiBi head 0 (slope {float(slopes[0]):.3f})", bm[0].numpy()),
-                            (f"ALiBi head {H - 1} (slope {float(slopes[-1]):.4f})", bm[H - 1].numpy())],
-                           xlabel="key position j", ylabel="query position i",
-                           cbar="bias −slope·|i−j| (one scale, both heads)",
+    t = lambda en, zh: pick(lang, en, zh)  # noqa: E731
+    return heatmaps_figure([(t(f"ALiBi head 0 (slope {float(slopes[0]):.3f})", f"ALiBi 第 0 个头（斜率 {float(slopes[0]):.3f}）"), bm[0].numpy()),
+                            (t(f"ALiBi head {H - 1} (slope {float(slopes[-1]):.4f})", f"ALiBi 第 {H - 1} 个头（斜率 {float(slopes[-1]):.4f}）"),
+                             bm[H - 1].numpy())],
+                           xlabel=t("key position j", "键的位置 j"), ylabel=t("query position i", "查询的位置 i"),
+                           cbar=t("bias −slope·|i−j| (one scale, both heads)", "偏置 −斜率·|i−j|（两个头共用一个刻度）"),
                            vmin=None, vmax=0.0, cmap="viridis")
 
 
@@ -49,14 +51,14 @@ def compute(ctx: SectionContext) -> dict:
         qr, kr = rope.rotate_qk(q, k, torch.tensor([5 + s]))[0], rope.rotate_qk(q, k, torch.tensor([2 + s]))[1]
         scores.append(float((qr * kr).sum()))
     d = ctx.dir("positions")
-    png = save(alibi_figure(H, L), d / "alibi.png")
-    return {"equiv": equiv, "rope_shifts": shifts, "rope_scores": scores, "png": ctx.rel(png), "_files": [ctx.rel(png)]}
+    files = save_both(d / "alibi.png", lambda lang: alibi_figure(H, L, lang))
+    return {"equiv": equiv, "rope_shifts": shifts, "rope_scores": scores, "png": ctx.rel(files[0]), "_files": [ctx.rel(f) for f in files]}
 
 
 def render(data: dict, ctx: SectionContext, lang: str) -> str:
     e, sc = data["equiv"], data["rope_scores"]
     spread = max(sc) - min(sc)
-    html = png_img(ctx.out / data["png"], "ALiBi bias")
+    html = figure(ctx.out / data["png"], tr(lang, "ALiBi bias", "ALiBi 偏置"), lang)
     html += "<p>" + tr(
         lang,
         f"Measured now on 16 random tokens: without any position information, shuffling the input reorders the output "
@@ -69,9 +71,16 @@ def render(data: dict, ctx: SectionContext, lang: str) -> str:
         f"使用 RoPE 时，相距 3 个位置的查询和键在位置 (5, 2) 的分数为 {sc[0]:.4f}，两者一起平移最多 {data['rope_shifts'][-1]:,} 个位置，"
         f"分数变化不超过 {spread:.1e}：它只取决于相对偏移。",
     ) + "</p>"
-    html += table([tr(lang, "shift s", "平移 s"), tr(lang, "RoPE score of positions (5+s, 2+s)", "位置 (5+s, 2+s) 的 RoPE 分数")],
-                  [[s, f"{v:.6f}"] for s, v in zip(data["rope_shifts"], sc)])
-    return html
+    html += so_what(lang, tr(
+        lang,
+        "Attention treats its input as a set: without position information a sentence and its shuffle look the same to it. "
+        "Relative schemes add order as a function of the distance between two tokens only, which is what lets a model "
+        "trained on short texts behave the same wherever a phrase sits in a longer one.",
+        "注意力把输入当作一个集合：没有位置信息时，一句话和它打乱后的版本在注意力看来是一样的。"
+        "相对位置方法只根据两个 token 之间的距离加入顺序信息，这使得在短文本上训练的模型，无论一个短语出现在长文本的哪里，表现都一样。"))
+    rope = table([tr(lang, "shift s", "平移 s"), tr(lang, "RoPE score of positions (5+s, 2+s)", "位置 (5+s, 2+s) 的 RoPE 分数")],
+                 [[s, f"{v:.6f}"] for s, v in zip(data["rope_shifts"], sc)])
+    return html + details(tr(lang, "RoPE scores under a shift, one by one", "平移后的 RoPE 分数，逐一列出"), rope)
 
 
 def summary(data: dict, ctx: SectionContext, lang: str):
@@ -94,4 +103,5 @@ def section() -> StorySection:
          "head's small bias looks nearly flat.",
          "热力图是 ALiBi 加到每个分数上的偏置：对角线为 0，键越远越负；陡峭的头（左）只看附近的 token，平缓的头（右）也能看到远处。"
          "两幅图共用一个颜色刻度，所以平缓头的偏置很小，看起来几乎是平的。"),
-        compute, render, (__name__,), est_s={"quick": 2, "tiny": 1}, summary=summary, order=ORDER)
+        compute, render, (__name__,), est_s={"quick": 2, "tiny": 1}, summary=summary, order=ORDER,
+        lesson="08_relative_position")

@@ -1,0 +1,155 @@
+"""CPU's fused flash-attention op with float32 gradients as accurate as the plain softmax's, and
+a differentiable lse.
+
+The ``sdpa`` backend calls ``torch.ops.aten._scaled_dot_product_flash_attention_for_cpu`` (the
+kernel behind ``F.scaled_dot_product_attention`` on CPU, which also returns the log-sum-exp). Its
+own autograd formula calls ``..._for_cpu_backward``, which rebuilds the weights from the stored lse:
+
+    P'_ij = exp(s_ij - lse_r_i),     lse_r = fl32(lse): off by up to ulp(|lse|)/2
+
+Shape legend: B batch, H query heads, Hkv key/value heads, L queries, S keys, E = Ev head dim.
+
+**Why large |lse| breaks it.** ``P' = P · (1 + δ_i)``: the rounding of lse is one relative error
+for a whole row, the same sign for every key, so it does not average out in ``dv = P'ᵀ dO`` the way
+independent roundings do. For |lse| ≈ 300 it is ≈ 1.5e-5 (≈ 128 float32 ulps); the fuzz measured
+dv up to 7.7× over twice the float32 reference's own error. Rescaling dO by ``1 / Σ_j P'_ij`` cannot
+repair it: the op's forward and backward round the scores ``s · scale + mask`` differently (at the
+size of lse), so even with the mask shifted by ``-lse`` and an lse re-measured by the forward op the
+backward's weights missed summing to 1 by 1.8e-5 (measured, L=8, S=16, |lse| 55–195).
+
+**What runs.** In float32, when ``max |lse| > LSE_EXACT_ABOVE`` the backward repeats the forward
+op in float64 and runs the backward op there, then rounds the gradients to float32 (inside a
+compiled graph always, where the test would be a data-dependent branch). Forward + backward of
+such a call took 2.3–2.8× an ordinary one of the same shape (B=1, H=8, E=64, n=256–1024, one
+thread: benchmarks/results/reliability_cost_backward.json). Below it the
+per-row error is at most ulp(16)/2 = 2^-20 = 8 float32 ulps, half the fuzz's 16-ulp floor. Over 540
+small random calls (benchmarks/reliability_cost.py ``--backward --accuracy``) the fused backward's
+worst error over the fuzz tolerance was 0.87 for the 92 with |lse| in [8, 16), 1.43 for the 199 in
+[16, 32) and 2.44 in [64, 128). So ordinary calls (|lse| of a few units) pay nothing.
+
+**Gradient into lse.** ``d lse_i / d s_ij = P_ij``, so a gradient ``g`` on lse adds ``P ∘ g_i`` to
+``dS = P ∘ (dP - D)``, where ``D = rowsum(dO ∘ out)`` is the op's only use of ``out``. The op takes
+it through one extra value column: ``v' = [v, 0]``, ``dO' = [dO, 1]`` and ``out' = [out, -g]``
+leave ``dP = dO vᵀ`` unchanged and make ``D' = D - g``; q and k get a zero column so the op's
+E == Ev holds and the scores are unchanged. Attention sinks need this (:mod:`attnkit.core.sinks`
+scales the output by ``sigmoid(lse - sink)``).
+
+**Learned masks.** The op has no gradient for its float mask; when the mask needs one (a learned
+bias such as T5's table) the backward writes ``dS = P ∘ (dP - D + g)`` out densely, O(B·H·L·S)
+like the mask itself.
+
+**GQA.** The op has no kv-head broadcast: k and v are repeated to H heads inside the forward (an
+O(H·S·E) copy) and the backward sums dk, dv back over each group.
+"""
+
+from __future__ import annotations
+
+import torch
+
+_FWD = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)  # (out, lse)
+_BWD = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None)
+
+# float32 |lse| above which the backward runs in float64 (module docstring)
+LSE_EXACT_ABOVE = 16.0
+
+
+def available() -> bool:
+    return _FWD is not None and _BWD is not None
+
+
+def _repeat_kv(t: torch.Tensor, groups: int) -> torch.Tensor:
+    """(B, Hkv, S, E) -> (B, Hkv·groups, S, E), query head h reading kv head h // groups."""
+    return t if groups == 1 else t.repeat_interleave(groups, dim=1)
+
+
+def _sum_groups(t: torch.Tensor, groups: int) -> torch.Tensor:
+    """(B, H, S, E) -> (B, H // groups, S, E): the gradient of :func:`_repeat_kv`."""
+    if groups == 1:
+        return t
+    B, H, S, E = t.shape
+    return t.reshape(B, H // groups, groups, S, E).sum(2)
+
+
+def needs_lse_correction(lse: torch.Tensor) -> bool:
+    """Whether the backward should run in float64 because of the float32 rounding of ``lse``
+    (B, H, L). Inside a compiled graph the test would be a data-dependent branch, so there it
+    always does."""
+    if lse.dtype != torch.float32 or lse.numel() == 0:
+        return False
+    if torch.compiler.is_compiling():
+        return True
+    finite = torch.where(torch.isfinite(lse), lse, torch.zeros((), dtype=lse.dtype))
+    return bool(finite.abs().max() > LSE_EXACT_ABOVE)
+
+
+def flash_backward(d_out, d_lse, q, k, v, attn_mask, is_causal: bool, scale: float, out, lse, mask_grad: bool = False):
+    """(dq, dk, dv, d_mask) of ``out`` and ``lse`` for q, k, v of H heads each (module docstring);
+    d_mask is None unless ``mask_grad``."""
+    dt = q.dtype
+    if needs_lse_correction(lse):
+        # the weights' rounding is then larger than the reference's: redo the call in float64
+        q, k, v = q.double(), k.double(), v.double()
+        attn_mask = None if attn_mask is None else attn_mask.double()
+        out, lse = _FWD(q, k, v, 0.0, is_causal, attn_mask=attn_mask, scale=scale)
+        d_out = d_out.double()
+        d_lse = None if d_lse is None else d_lse.double()
+    with_lse = d_lse is not None and bool(torch.compiler.is_compiling() or d_lse.any())
+    if not with_lse:
+        grads = _BWD(d_out, q, k, v, out, lse, 0.0, is_causal, attn_mask=attn_mask, scale=scale)
+    else:
+        # one more value column carries d_lse through D = rowsum(dO ∘ out); q and k get a zero one
+        pad = lambda t: torch.nn.functional.pad(t, (0, 1))  # noqa: E731 - (..., E) -> (..., E + 1)
+        d_out_x = torch.cat([d_out, torch.ones_like(d_out[..., :1])], dim=-1)
+        out_x = torch.cat([out, -d_lse.unsqueeze(-1).to(out.dtype)], dim=-1)
+        grads = [g[..., :-1] for g in _BWD(d_out_x, pad(q), pad(k), pad(v), out_x, lse, 0.0, is_causal,
+                                             attn_mask=attn_mask, scale=scale)]
+    d_mask = None
+    if mask_grad:
+        # the op does not return dS = P ∘ (dO vᵀ - D + d_lse), the gradient of an additive mask:
+        # written out, O(B·H·L·S) like the dense mask itself
+        s = q @ k.transpose(-1, -2) * scale + attn_mask  # (B, H, L, S)
+        if is_causal:
+            L, S = s.shape[-2:]
+            s = s.masked_fill(torch.ones(L, S, dtype=torch.bool, device=s.device).triu(1), float("-inf"))
+        p = torch.exp(s - lse.unsqueeze(-1))
+        shift = (d_out * out).sum(-1, keepdim=True)  # D (B, H, L, 1)
+        if with_lse:
+            shift = shift - d_lse.unsqueeze(-1)
+        d_mask = (p * (d_out @ v.transpose(-1, -2) - shift)).to(dt)
+    return (*(g.to(dt) for g in grads), d_mask)
+
+
+class _FlashCPU(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, attn_mask, is_causal: bool, scale: float, groups: int):
+        k_h, v_h = _repeat_kv(k, groups), _repeat_kv(v, groups)  # (B, H, S, E)
+        out, lse = _FWD(q, k_h, v_h, 0.0, is_causal, attn_mask=attn_mask, scale=scale)
+        ctx.save_for_backward(q, k_h, v_h, attn_mask, out, lse)
+        ctx.is_causal, ctx.scale, ctx.groups = is_causal, scale, groups
+        ctx.set_materialize_grads(False)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, d_out, d_lse):
+        q, k_h, v_h, attn_mask, out, lse = ctx.saved_tensors
+        if d_out is None:
+            d_out = torch.zeros_like(out)
+        dq, dk, dv, d_mask = flash_backward(d_out.contiguous(), d_lse, q, k_h, v_h, attn_mask, ctx.is_causal, ctx.scale,
+                                            out, lse, mask_grad=ctx.needs_input_grad[3])
+        return dq, _sum_groups(dk, ctx.groups), _sum_groups(dv, ctx.groups), d_mask, None, None, None
+
+
+def flash_attention_cpu(q, k, v, attn_mask: torch.Tensor | None, is_causal: bool, scale: float, groups: int = 1):
+    """(out (B, H, L, Ev), lse (B, H, L)) of CPU's fused kernel, both differentiable.
+
+    q (B, H, L, E), k (B, Hkv, S, E) and v (B, Hkv, S, Ev) with H = Hkv · groups, unit-stride last
+    dims; ``attn_mask`` None or an additive float (B, H, L, S), a learned one included. The op
+    needs E == Ev: the narrower side gets zero columns (q and k: the scores are unchanged; v: the
+    extra output columns are dropped)."""
+    E, Ev = q.shape[-1], v.shape[-1]
+    if E < Ev:
+        q, k = (torch.nn.functional.pad(t, (0, Ev - E)) for t in (q, k))
+    elif E > Ev:
+        v = torch.nn.functional.pad(v, (0, E - Ev))
+    out, lse = _FlashCPU.apply(q, k, v, attn_mask, is_causal, scale, groups)
+    return out[..., :Ev], lse

@@ -1,0 +1,62 @@
+"""Fuzz cases on which ``sdpa`` (and ``auto``, which picked it) once failed, pinned so they keep passing.
+
+Each is re-drawn from ``benchmarks/fuzz_attention.py``'s sequence (``draw_case`` from
+``random.Random(seed)`` in order) and judged like the fuzz: out, dq, dk, dv within twice the float32
+reference's error against the float64 oracle plus a few ulps (``_fuzz_judge``). What broke, all in
+float32 at |lse| in the hundreds (logits of std 5–10, large biases):
+
+* dv (sometimes dq, dk): CPU's fused backward rebuilt the weights from an lse rounded to float32,
+  one relative error per row that does not average out (:mod:`attnkit.backends.sdpa_flash`);
+* out and dq with E != Ev or a learned (T5) bias: the public function's math path.
+
+Shape legend: q (B, H, L, E), k (B, Hkv, S, E), v (B, Hkv, S, Ev).
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from _fuzz_cases import draw_case  # noqa: E402
+from _fuzz_judge import run_case  # noqa: E402
+
+# (seed, budget) -> indices that failed for sdpa
+PINNED = {
+    (0, "small"): [297, 378, 438, 1225, 1604, 1648, 1671, 1936, 1944, 1992, 2978, 4243],
+    (1, "full"): [5, 37, 64, 224, 249, 275, 314, 429, 625, 835],
+}
+
+
+@lru_cache(maxsize=None)
+def _drawn(seed: int, budget: str, upto: int) -> tuple:
+    rng = random.Random(seed)
+    return tuple(draw_case(rng, i, budget) for i in range(upto + 1))
+
+
+def _case(seed: int, budget: str, index: int) -> dict:
+    return _drawn(seed, budget, max(PINNED[(seed, budget)]))[index]
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.mark.parametrize("seed,budget,index", [(s, b, i) for (s, b), idx in PINNED.items() for i in idx],
+                         ids=[f"seed{s}-{b}-{i}" for (s, b), idx in PINNED.items() for i in idx])
+def test_pinned_case_passes_on_sdpa_and_auto(seed, budget, index):
+    params = _case(seed, budget, index)
+    assert params["index"] == index
+    res = run_case(params, ["sdpa", "auto"])
+    for name, v in res.verdicts.items():
+        assert v.status != "failed", f"{name}: {v.failure} errors {v.errors} tolerances {v.tolerances} {v.detail}"
