@@ -84,3 +84,32 @@ def test_committed_runs_numbers_come_from_their_json():
     for bible in ("bible-hash-full", "bible-hash-30"):
         if bible in kinds:
             assert kinds[bible] == "every_length"
+
+
+def test_the_takeaway_leads_with_the_bottleneck_and_quotes_every_group_in_both_languages():
+    runs = {"bible-a": _run({"rnn": [12.0, 6.0, 5.0], "luong": [26.0, 19.0, 17.0]}, "bleu") | {"data": {"name": "bible"}},
+            "dates-list-full": _run({"rnn": [90.0, 40.0, 5.0], "bahdanau": [99.0, 98.0, 97.0], "luong": [100.0, 99.0, 96.0]}),
+            "copy-quick": _run({"rnn": [70.0, 10.0, 1.0], "bahdanau": [100.0, 99.0, 93.0]}, seeds=1),
+            "fits": _run({"rnn": [98.0, 97.0, 96.0], "bahdanau": [100.0, 100.0, 99.0]})}
+    assert ov.lead_run(runs) == "dates-list-full" and ov.lead_run({"fits": runs["fits"]}) == "fits" and ov.lead_run({}) is None
+    en, zh = ov.takeaway(runs, "en"), ov.takeaway(runs, "zh")
+    assert en.startswith("The dates-list-full run shows the bottleneck") and "from 90.0" in en and "to 5.0" in en
+    assert "RNN + Bahdanau ends at 97.0 and RNN + Luong at 96.0" in en
+    assert "The Bible runs (bible-a) show attention's gain at every length" in en and "12.0 to 14.0 BLEU points" in en
+    assert "(copy-quick)" in en and "at least 93.0 % exact match" in en and "falls to 1.0 %" in en and "fits" not in en
+    for n in ("90.0", "5.0", "97.0", "96.0", "12.0", "14.0", "93.0", "1.0"):
+        assert n in zh
+    assert ov.takeaway({}, "en") == ""
+
+
+@pytest.mark.skipif(not (RESULTS / "seq2seq").is_dir(), reason="needs the committed results/ of a source checkout")
+def test_the_committed_takeaway_reads_its_numbers_from_the_json():
+    runs = committed_runs("seq2seq", RESULTS)
+    if "dates-list-full" not in runs:
+        pytest.skip("no dates-list-full run committed")
+    text = ov.takeaway(runs, "en")
+    lead = runs["dates-list-full"]
+    for model in ("rnn", "bahdanau", "luong"):
+        assert _fmt_ends(lead["models"][model], "exact_match")[1] in text, model
+    for name in ("bible-hash-30", "bible-hash-full", "copy-quick", "reverse-quick", "translit-quick"):
+        assert name in text or name not in runs

@@ -178,8 +178,13 @@ def test_committed_runs_are_read_first_then_the_quick_run_and_the_papers(dates_r
         heading = html.index("Committed full run: bible-full" if lang == "en" else "已提交的完整运行：bible-full")
         assert html.index("bible-full shows the bottleneck" if lang == "en" else "bible-full 显示了瓶颈") < heading < at_quick
         assert "26.75" in html and "17.82" in html and "19.00" in html and "14.00" in html
+        main = re.sub(r"<details>.*?</details>", "", html, flags=re.S)  # the story's main flow: the rest is folded
+        assert main.count("<table>") == 1 and main.count('class="sowhat"') == 1 and "Committed full run" not in main
+        assert "{'" not in html  # the data set is a sentence, not a raw dict
     alone = section(doc["results"], out).html
     assert "This report’s own run" not in alone and "26.75" in alone
+    main = re.sub(r"<details>.*?</details>", "", alone, flags=re.S)
+    assert main.count("<table>") == 1 and main.count('class="sowhat"') == 1 and "26.75" not in main
 
 
 def test_bad_data_and_seeds_are_clear_errors_before_work(tmp_path, capsys):

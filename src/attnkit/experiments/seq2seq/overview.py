@@ -145,12 +145,22 @@ def transformer_note(name: str, results: dict, lang: str = "en") -> str | None:
         f"在这个数据量下它是较弱的模型，但这并不说明数据更多时这个架构如何。")
 
 
-def overview_html(full_results: dict | None, lang: str = "en") -> str:
-    """A paragraph of verdicts and a table (shortest → longest bucket per model) over the committed runs; '' when none."""
-    runs = {n: r for n, r in (full_results or {}).items() if verdict(r) is not None}
+def _verdicts(full_results: dict | None) -> dict:
+    """``{run name: Results}`` of the committed runs that have a verdict."""
+    return {n: r for n, r in (full_results or {}).items() if verdict(r) is not None}
+
+
+def verdict_lines(full_results: dict | None, lang: str = "en", skip: tuple[str, ...] = ()) -> list[str]:
+    """Each committed run's verdict sentence (and Transformer note), plain text, runs in ``skip`` left out."""
+    return [s for n, r in _verdicts(full_results).items() if n not in skip
+            for s in (sentence(n, r, lang), transformer_note(n, r, lang)) if s]
+
+
+def verdict_table(full_results: dict | None, lang: str = "en") -> str:
+    """One row per committed run: each model's score on the shortest → longest bucket; '' when none."""
+    runs = _verdicts(full_results)
     if not runs:
         return ""
-    lines = [s for n, r in runs.items() for s in (sentence(n, r, lang), transformer_note(n, r, lang)) if s]
     rows = []
     for n, r in runs.items():
         metric = r["metric_names"][0]
@@ -159,10 +169,79 @@ def overview_html(full_results: dict | None, lang: str = "en") -> str:
             ends = _ends(r["models"][model], metric) if model in r["models"] else None
             cells.append("–" if ends is None else f"{ends[0]['metrics'][metric]['mean']:.1f} → {ends[1]['metrics'][metric]['mean']:.1f}"
                          f" ± {ends[1]['metrics'][metric]['std']:.1f}")
-        v = verdict(r)
-        rows.append([n, (METRIC_ZH if lang == "zh" else METRIC_LABELS).get(metric, metric), v["seeds"], *cells])
+        rows.append([n, (METRIC_ZH if lang == "zh" else METRIC_LABELS).get(metric, metric), verdict(r)["seeds"], *cells])
     head = ([_tr(lang, "run", "运行"), _tr(lang, "metric", "指标"), _tr(lang, "seeds", "种子数")]
             + [(LABELS_ZH if lang == "zh" else LABELS)[m] for m in MODELS])
     intro = _tr(lang, "What the committed runs show (shortest → longest source-length bucket, ± the seed std on the longest):",
                 "已提交的运行说明了什么（最短 → 最长的源长度区间，最长区间附种子间标准差）：")
-    return "".join(f"<p>{esc(s)}</p>" for s in lines) + f"<p>{esc(intro)}</p>" + table(head, rows)
+    return f"<p>{esc(intro)}</p>" + table(head, rows)
+
+
+def overview_html(full_results: dict | None, lang: str = "en") -> str:
+    """A paragraph of verdicts and a table (shortest → longest bucket per model) over the committed runs; '' when none."""
+    if not _verdicts(full_results):
+        return ""
+    return "".join(f"<p>{esc(s)}</p>" for s in verdict_lines(full_results, lang)) + verdict_table(full_results, lang)
+
+
+LEAD = "dates-list-full"  # the run whose figure shows the bottleneck most plainly (3 seeds, exact match, 0 to 100 %)
+
+
+def lead_run(full_results: dict | None) -> str | None:
+    """The committed run the section leads with: :data:`LEAD` when it shows the bottleneck, else the bottleneck
+    run with the most seeds, else the first run with a verdict; None without one."""
+    runs = _verdicts(full_results)
+    kinds = {n: verdict(r) for n, r in runs.items()}
+    if kinds.get(LEAD, {}).get("kind") == "bottleneck":
+        return LEAD
+    shown = sorted((n for n, v in kinds.items() if v["kind"] == "bottleneck"), key=lambda n: -kinds[n]["seeds"])
+    return shown[0] if shown else next(iter(runs), None)
+
+
+def _names(names: list[str], lang: str) -> str:
+    return ("、" if lang == "zh" else ", ").join(names)
+
+
+def takeaway(full_results: dict | None, lang: str = "en") -> str:
+    """The section's "so what", plain text from the committed runs' verdicts (every number from their JSON):
+    the lead run's bottleneck, attention's gain at every length on the text runs, and the one-seed runs'
+    bottleneck on the longest bucket; '' without committed runs."""
+    runs = _verdicts(full_results)
+    lead = lead_run(full_results)
+    if lead is None:
+        return ""
+    out = []
+    v = verdict(runs[lead])
+    if v["kind"] == "bottleneck":
+        models, metric = runs[lead]["models"], v["metric"]
+        (r0, r1) = v["rnn"]
+        att = {n: _ends(models[n], metric)[1]["metrics"][metric]["mean"] for n in ATTENTION if n in models and _ends(models[n], metric)}
+        ends_en = " and ".join(f"{LABELS[n]}{' ends' if i == 0 else ''} at {x:.1f}" for i, (n, x) in enumerate(att.items()))
+        ends_zh = "、".join(f"{LABELS_ZH[n]} 为 {x:.1f}" for n, x in att.items())
+        m_en = METRIC_LABELS.get(metric, metric).replace(" (%)", "")
+        out.append(_tr(lang, f"The {lead} run shows the bottleneck: without attention, {m_en} falls from {r0['mean']:.1f} on the shortest "
+                             f"sources to {r1['mean']:.1f} on the longest, while {ends_en} there ({v['seeds']} seeds).",
+                       f"{lead} 这次运行显示了瓶颈：没有注意力时，{METRIC_ZH.get(metric, metric)}从最短源序列上的 {r0['mean']:.1f} "
+                       f"降到最长源序列上的 {r1['mean']:.1f}，而在最长的源序列上 {ends_zh}（{v['seeds']} 个种子）。"))
+    gain = [n for n in runs if n != lead and verdict(runs[n])["kind"] == "every_length"]
+    if gain:
+        lo = min(verdict(runs[n])["gaps"][0] for n in gain)
+        hi = max(verdict(runs[n])["gaps"][1] for n in gain)
+        metric = verdict(runs[gain[0]])["metric"]
+        bible = all((runs[n].get("data") or {}).get("name") == "bible" for n in gain)
+        who_en, who_zh = ("The Bible runs", "圣经翻译的运行") if bible else ("The runs", "运行")
+        out.append(_tr(lang, f"{who_en} ({_names(gain, lang)}) show attention's gain at every length rather than a gap that grows: "
+                             f"the better attention model is {lo:.1f} to {hi:.1f} {METRIC_LABELS.get(metric, metric)} points above the fixed-vector "
+                             f"model in every length bucket.",
+                       f"{who_zh}（{_names(gain, lang)}）显示的是注意力在每个长度上的提升，而不是随长度扩大的差距：在每个长度区间上，"
+                       f"较好的注意力模型都比固定向量模型高 {lo:.1f} 到 {hi:.1f} 个{METRIC_ZH.get(metric, metric)}点。"))
+    quick = [n for n in runs if n != lead and verdict(runs[n])["kind"] == "bottleneck" and verdict(runs[n])["seeds"] == 1
+             and verdict(runs[n])["metric"] == "exact_match"]
+    if quick:
+        keep = min(verdict(runs[n])["att"][1]["mean"] for n in quick)
+        fall = max(verdict(runs[n])["rnn"][1]["mean"] for n in quick)
+        out.append(_tr(lang, f"The one-seed quick runs ({_names(quick, lang)}) repeat it: on the longest bucket the better attention model "
+                             f"keeps at least {keep:.1f} % exact match, where the model without attention falls to {fall:.1f} %.",
+                       f"单种子的快速运行（{_names(quick, lang)}）重复了这一点：在最长的区间上，较好的注意力模型至少保持 {keep:.1f} % 的"
+                       f"完全匹配率，而没有注意力的模型降到 {fall:.1f} %。"))
+    return " ".join(out) if lang == "en" else "".join(out)

@@ -15,10 +15,11 @@ The reading answers the experiment's two questions:
 With committed runs (``results/seq2seq/*``: dates, dates-list, Bible and the synthetic copy,
 reverse and transliteration tasks, handed in as ``full_results`` by the report, see
 :mod:`attnkit.experiments.lab.committed`) the section opens with one verdict per run and a table
-(:mod:`.overview`: the bottleneck, attention's gain at every length, or neither), then each
-committed run is read — 3 seeds at the ``--full`` size say more than the report's own quick run — and the quick
-run follows as a smaller replication. :data:`PAPERS` is the only hand-typed data: what Bahdanau et
-al. and Luong et al. report, each with its table.
+(:mod:`.overview`: the bottleneck, attention's gain at every length, or neither), the per-length
+figure of the clearest run (:func:`.overview.lead_run`) and a "so what" read from the verdicts;
+every committed run's own reading, tables and figures, the report's own smaller run and the
+published numbers follow folded in ``<details>``. :data:`PAPERS` is the only hand-typed data: what
+Bahdanau et al. and Luong et al. report, each with its table.
 
 Shape legend: none (text and tables).
 """
@@ -27,11 +28,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ...page.html import esc, png_img, table
+from ...page.html import details, esc, figure, so_what, table
 from ...page.i18n import tr as _tr
-from ..lab.committed import committed_first
+from ..lab.committed import describe_run
 from ..lab.results import Section
-from .overview import overview_html
+from .overview import lead_run, takeaway, verdict, verdict_lines, verdict_table
 from .plots import LABELS, METRIC_LABELS, finite
 
 ATTENTION_MODELS = ("bahdanau", "luong")
@@ -290,9 +291,10 @@ def stalled_warning(results: dict, lang: str = "en") -> str | None:
         + "请训练更久、降低学习率，或检查数据及其分词方式。")
 
 
-def _run_html(results, run_dir: Path, lang: str) -> str:
+def _run_html(results, run_dir: Path, lang: str, fold: bool = False) -> str:
     """Reading, per-bucket tables, size/time table, example outputs and the figures of one run
-    (a warning box first when the progress guard flagged models, and no reading when none learned)."""
+    (a warning box first when the progress guard flagged models, and no reading when none learned).
+    ``fold``: only the reading, the primary metric's table and the per-length figure in the main flow."""
     metrics, unit = results["metric_names"], results["length_unit"]
     warn = stalled_warning(results, lang)
     html = [f"<div class='notice'>{esc(warn)}</div>"] if warn else []
@@ -307,6 +309,7 @@ def _run_html(results, run_dir: Path, lang: str) -> str:
         title = _tr(lang, f"<b>{esc(METRIC_LABELS.get(m, m))}</b> by source length (mean ± std over seeds)",
                     f"按源序列长度的<b>{esc(METRIC_ZH.get(m, m))}</b>（多个种子的均值 ± 标准差）")
         html.append(f"<p>{title}</p>" + table(header, rows))
+    main, html = html, []
     rows = [[_label(n, lang), r["width"], f"{r['params']:,}", f"{100 * (r['params'] / results['budget'] - 1):+.1f} %",
              _fmt(r["train_time_s"], 0), ", ".join(str(e) for e in r.get("epochs", []))] for n, r in results["models"].items()]
     html.append(table([name_col] + (["宽度", "参数量", "相对预算", "训练时间（秒）", "各种子的 epoch 数"] if lang == "zh" else
@@ -315,8 +318,8 @@ def _run_html(results, run_dir: Path, lang: str) -> str:
         names = list(results["models"])
         rows = [[e["source"], e["reference"]] + [e.get(n, "") for n in names] for e in results["examples"]]
         html.append("<p>" + _tr(lang, "Test sentences (greedy outputs of the first seed):", "测试句子（第一个种子的贪心解码输出）：") + "</p>"
-                    + table([_tr(lang, "source", "源"), _tr(lang, "reference", "参考")] + [_label(n, lang) for n in names], rows))
-    html.append(f"<p class='note'>{_tr(lang, 'Data', '数据')}: {esc(results['data'])}</p>")
+                    + _samples([_tr(lang, "source", "源"), _tr(lang, "reference", "参考")] + [_label(n, lang) for n in names], rows))
+    html.append(f"<p class='note'>{esc(data_line(results.get('data'), lang))}</p>")
     if results.get("sizing"):
         sz = {**results["sizing"], **(results["sizing"].get("kept_from_config") or {})}  # what was used, --set values included
         html.append("<p class='note'>" + esc(_tr(
@@ -324,22 +327,101 @@ def _run_html(results, run_dir: Path, lang: str) -> str:
                   f"learning rate {sz['lr']:g}, from {sz['pairs']:,} training pairs ({sz['target_tokens']:,} target tokens).",
             f"按数据确定规模（--quick）：{sz['params']:,} 个参数，批大小 {sz['batch_size']}，最多 {sz['epochs']} 个 epoch，"
             f"学习率 {sz['lr']:g}；依据是 {sz['pairs']:,} 个训练句对（{sz['target_tokens']:,} 个目标词元）。")) + "</p>")
-    for img in ["metric_vs_length.png", "training_curves.png"] + [f"alignments_{n}.png" for n in results["models"]]:
-        if (run_dir / img).is_file():
-            html.append(png_img(run_dir / img, img))
-    return "\n".join(html)
+    figs = [figure(run_dir / img, alt, lang) for img, alt in _figures(results["models"], lang) if (run_dir / img).is_file()]
+    if not fold:
+        return "\n".join(main + html + figs)
+    n_main = len(main) - len(metrics) + 1  # the warning and reading, and the primary metric's table
+    curve = figs[:1] if (run_dir / "metric_vs_length.png").is_file() else []
+    rest = main[n_main:] + html + figs[len(curve):]
+    return "\n".join(main[:n_main] + curve + [details(esc(_tr(lang, "Every table, test sentence and figure of this run",
+                                                                 "这次运行的全部表格、测试句子与图")), "\n".join(rest))])
+
+
+def _samples(header: list[str], rows: list[list[str]]) -> str:
+    """A table of test sentences and model outputs, each cell shown as typed (``<code>``: data, not prose)."""
+    head = "".join(f"<th>{esc(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td><code>{esc(c)}</code></td>" for c in r) + "</tr>" for r in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _figures(models, lang: str) -> list[tuple[str, str]]:
+    """(file, alt text) of a run's figures, the per-length curves first."""
+    figs = [("metric_vs_length.png", _tr(lang, "score by source length, per model", "各模型按源序列长度的得分")),
+            ("training_curves.png", _tr(lang, "training and validation loss", "训练与验证损失"))]
+    return figs + [(f"alignments_{n}.png", _tr(lang, f"alignments of {LABELS.get(n, n)}", f"{_label(n, lang)} 的对齐")) for n in models]
+
+
+def data_line(data, lang: str = "en") -> str:
+    """The data set in one plain sentence: its name, where it comes from (a file's name, never a machine's path),
+    how it was split and its train / validation / test sizes."""
+    data = data if isinstance(data, dict) else {"name": str(data or "?")}
+    src = str(data.get("source") or "")
+    if src.startswith(("/", ".", "~", "runs/")) or "\\" in src or "/" in src and src.endswith(".tsv"):
+        src = Path(src).name
+    sizes = [f"{data[k]:,}" for k in ("train", "valid", "test") if isinstance(data.get(k), int)]
+    size = " / ".join(sizes)
+    split = data.get("split")
+    return _tr(lang, f"Data: {data.get('name', '?')}" + (f" ({src})" if src else "") + (f", split by {split}" if split else "")
+                     + (f"; {size} train / validation / test pairs" if len(sizes) == 3 else "") + ".",
+               f"数据：{data.get('name', '?')}" + (f"（{src}）" if src else "") + (f"，按 {split} 划分" if split else "")
+               + (f"；训练 / 验证 / 测试句对 {size}" if len(sizes) == 3 else "") + "。")
+
+
+def _committed_html(full_results: dict, lang: str) -> list[str]:
+    """Each committed run, folded: what it is, its reading, tables, test sentences and figures."""
+    parts = []
+    for name, run in full_results.items():
+        quick = run.meta.get("preset") == "quick"  # a committed --quick run is not called a full one
+        head = _tr(lang, f"Committed {'quick' if quick else 'full'} run: {name}", f"已提交的{'快速' if quick else '完整'}运行：{name}")
+        body = f"<p class='note'>{esc(describe_run(name, run, lang))}.</p>" + _run_html(run, Path(run.run_dir), lang)
+        parts.append(details(esc(head), body))
+    return parts
+
+
+def _own_so_what(results: dict, lang: str) -> str:
+    """The "so what" of a section with no committed run: this run's verdict, read with its size in mind."""
+    v = verdict(results)
+    if v is not None and v["kind"] == "bottleneck":
+        return _tr(lang, "Here the model without attention falls with source length while attention holds: that is the bottleneck "
+                         "attention was invented to remove, one fixed vector for a source of any length.",
+                   "这里没有注意力的模型随源序列变长而下降，而注意力模型保持住了：这正是注意力被发明出来要消除的瓶颈——"
+                   "无论源序列多长都只有一个固定向量。")
+    return _tr(lang, "This small run alone does not show the bottleneck plainly (see its reading): the fixed vector only runs out "
+                     "when the sources outgrow it, which takes longer sources, more training and several seeds to see.",
+               "单靠这次小规模运行看不清瓶颈（见它的解读）：只有当源序列长到一个固定向量装不下时，瓶颈才会出现，"
+               "要看到它需要更长的源序列、更多训练和多个种子。")
 
 
 def section(results, out_dir, lang: str = "en", full_results: dict | None = None):
-    """The report section: each committed ``--full`` run first (when any), then this report's own run."""
+    """The report section. With committed runs: the verdict table, the clearest run's per-length figure and
+    its sentence, the "so what", then every run folded (other verdicts, each committed run, this report's
+    own run, the published numbers). Without: this run's reading, its first table and figure, the rest folded."""
     run_dir = Path(getattr(results, "run_dir", out_dir))
-    parts = [overview_html(full_results, lang)] if full_results else []  # what each committed run shows, before the runs
-    parts += committed_first(full_results, lambda run, d: _run_html(run, d, lang), lang, (
-        "A smaller replication, run now (fewer pairs and epochs, one seed, so noisier): read the claims above from the committed runs.",
-        "现在运行的一个较小规模的重复实验（句对和 epoch 更少，只有一个种子，因此噪声更大）：结论请以上面已提交的运行为准。"))
-    parts.append(_run_html(results, run_dir, lang))
-    parts.append(published_html(lang))
-    return Section(_tr(lang, "Seq2seq: the fixed-vector bottleneck versus attention", "Seq2seq：固定向量瓶颈与注意力"), "\n".join(parts))
+    lead = lead_run(full_results)
+    parts = []
+    if lead is not None:
+        run = full_results[lead]
+        parts.append(verdict_table(full_results, lang))
+        parts.append("".join(f"<p>{esc(x)}</p>" for x in verdict_lines({lead: run}, lang)))
+        img = Path(run.run_dir) / "metric_vs_length.png"
+        if img.is_file():
+            parts.append(figure(img, _tr(lang, f"{lead}: score by source length, per model", f"{lead}：各模型按源序列长度的得分"), lang))
+        parts.append(so_what(lang, esc(takeaway(full_results, lang))))
+        others = verdict_lines(full_results, lang, skip=(lead,))
+        if others:
+            parts.append(details(esc(_tr(lang, "What each other run shows, in a sentence", "其他每次运行说明了什么（各一句）")),
+                                 "".join(f"<p>{esc(x)}</p>" for x in others)))
+        parts += _committed_html(full_results, lang)
+        own = "<p>" + _tr(lang, "A smaller replication, run now (fewer pairs and epochs, one seed, so noisier): read the claims "
+                                "above from the committed runs.",
+                          "现在运行的一个较小规模的重复实验（句对和 epoch 更少，只有一个种子，因此噪声更大）：结论请以上面已提交的运行为准。") + "</p>"
+        parts.append(details(esc(_tr(lang, "This report’s own run", "本报告自己的运行")), own + _run_html(results, run_dir, lang)))
+    else:
+        parts.append(_run_html(results, run_dir, lang, fold=True))
+        parts.append(so_what(lang, esc(_own_so_what(results, lang))))
+    parts.append(details(esc(_tr(lang, "Published numbers, for scale", "论文中的数字（仅作参照）")), published_html(lang)))
+    return Section(_tr(lang, "Seq2seq: the fixed-vector bottleneck versus attention", "Seq2seq：固定向量瓶颈与注意力"),
+                   "\n".join(p for p in parts if p))
 
 
 def summary_row(results: dict, lang: str = "en", full_results: dict | None = None) -> tuple[str, str] | None:

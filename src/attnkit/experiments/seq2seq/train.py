@@ -161,6 +161,7 @@ class Seq2SeqExperiment(Experiment):
         "pictures show, for each output character (row), which input characters (columns) the decoder attended to.",
         "曲线给出每个模型在各源长度区间上的准确率；下降的曲线就是瓶颈。对齐图中，每一行是一个输出字符，列是输入字符，颜色表示解码器关注的程度。")
     report_order = 20
+    lesson = "02_scores_and_alignment"  # the course lesson the report links under "Go deeper" (a Bahdanau model learns to align)
     est_s = {"quick": 120, "tiny": 8}
 
     def add_arguments(self, parser):
