@@ -121,6 +121,9 @@ def layer_violations(path: Path, layer: str, root: Path = ATTNKIT) -> list[str]:
 def test_the_layers_have_modules_to_check():
     layers = {layer for layer, _ in LAYER_MODULES}
     assert layers == {"page", "experiments"} and len(LAYER_MODULES) > 20
+    # the report's sections that measure are experiments, under the same fence (the prose ones: tests/report/test_prose_sections.py)
+    checked = {p.relative_to(ATTNKIT).as_posix() for _, p in LAYER_MODULES}
+    assert {f"experiments/{name}/experiment.py" for name in ("intro", "masks", "cost", "positions", "kv_cache")} <= checked
 
 
 @pytest.mark.parametrize("layer, path", LAYER_MODULES, ids=lambda x: x if isinstance(x, str) else x.name)

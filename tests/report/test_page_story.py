@@ -26,7 +26,7 @@ TABLE_BUDGET = 20
 # sections not yet in the story layout, left out of the page-wide checks below (empty: every section is checked)
 PENDING: tuple[str, ...] = ()
 MIN_CHINESE_SHARE = 0.5  # Chinese characters among Chinese characters + Latin letters of a section's prose
-OWN_FIGURE_SECTIONS = ("intro", "masks", "positions")  # figures drawn by the report itself, in both languages
+OWN_FIGURE_SECTIONS = ("intro", "masks", "positions")  # experiments whose figures the report's own run draws, in both languages
 EXTERNAL = re.compile(r"^(https?:)?//")
 
 
@@ -153,7 +153,36 @@ def test_chinese_figures_are_drawn_apart_when_a_font_exists(tiny_report, pages):
         pytest.skip("no CJK font: the Chinese page shows the English figures with a note (apt-get install fonts-noto-cjk)")
     for sid in OWN_FIGURE_SECTIONS:
         assert zh_figs[sid] and all(f["lang"] == "zh" for f in zh_figs[sid]), sid
-        folder = tiny_report["out"] / "sections" / sid
-        for png in folder.glob("*.png"):
+        pngs = list((tiny_report["out"] / "experiments" / sid).glob("*.png"))  # the report's own run of the experiment
+        assert pngs, sid
+        for png in pngs:
             zh = zh_path(png)
             assert zh.is_file() and zh.read_bytes() != png.read_bytes(), png.name
+
+
+def test_the_chinese_page_shows_the_chinese_copy_of_each_run_figure_that_has_one(tiny_report, pages):
+    """Figures drawn inside experiment runs (the report's own runs, and committed runs whose Chinese
+    copies ``python -m attnkit.experiments.redraw_zh`` drew): the Chinese page inlines the ``zh/`` copy,
+    never the English file beside it; the report's own seq2seq and forecast runs draw every copy."""
+    import base64
+
+    if cjk_font() is None:
+        pytest.skip("no CJK font: runs draw their figures in English only")
+
+    def inlined(png: Path) -> str:
+        return base64.b64encode(png.read_bytes()).decode("ascii")
+
+    own = [tiny_report["out"] / "experiments" / name for name in ("seq2seq", "forecast", "vision")]
+    committed = [d for d in sorted(Path(__file__).resolve().parents[2].glob("results/*/*")) if d.is_dir()]
+    en, zh = pages["en"]["text"], pages["zh"]["text"]
+    swapped = 0
+    for folder in own + committed:
+        for png in sorted(folder.glob("*.png")):
+            if inlined(png) not in en:
+                continue  # not on the page (e.g. drawn again from the numbers beside the page)
+            copy = zh_path(png)
+            assert copy.is_file() or folder not in own[:2], f"{png}: a run of this version draws its Chinese copy"
+            if copy.is_file():
+                assert inlined(copy) in zh and inlined(png) not in zh, png
+                swapped += 1
+    assert swapped >= 5  # the report's own seq2seq run alone shows five

@@ -12,7 +12,6 @@ from attnkit.cli import main
 from attnkit.page.story import StorySection
 from attnkit.report import build as build_mod
 from attnkit.report.build import build_report
-from attnkit.report.sections.bench import _memory_ratio
 
 
 def _section(sid: str, title: str, html: str | None) -> StorySection:
@@ -61,11 +60,6 @@ def test_cli_backends_lists_every_backend(capsys):
 def test_cli_rejects_an_unknown_suite():
     with pytest.raises(SystemExit):
         main(["bench", "--suite", "nope"])
-
-
-@pytest.mark.parametrize("ratio, text", [(0.029, "1/34"), (0.5, "1/2"), (3.6, "3.6×"), (1.0, "1.0×")])
-def test_memory_ratio_reads_both_ways(ratio, text):
-    assert _memory_ratio(ratio) == text
 
 
 def _torchrun(world_size: int, out_json: Path, timeout: float = 180.0) -> dict:

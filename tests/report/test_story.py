@@ -32,7 +32,7 @@ def fake_story(calls: dict, inputs: dict, fail: bool = False) -> list[StorySecti
 
         return StorySection(sid, (f"Title {sid}", f"标题 {sid}"), (f"question {sid}", f"问题 {sid}"), ("read", "读图"), compute,
                             lambda d, ctx, lang: f"<p>{'值' if lang == 'zh' else 'value'} {d['value']}</p>",
-                            modules=("attnkit.page.html",), inputs=lambda ctx, sid=sid: {"x": inputs.get(sid, 0)},
+                            inputs=lambda ctx, sid=sid: {"x": inputs.get(sid, 0)},
                             summary=lambda d, ctx, lang: (str(d["value"]), "m"))
 
     return [make("a"), make("b"), make("c")]
@@ -72,13 +72,14 @@ def test_a_removed_figure_reruns_its_section(tmp_path):
 
     def compute(ctx):
         calls["n"] = calls.get("n", 0) + 1
-        p = ctx.dir("fig") / "x.png"
+        p = Path(ctx.out) / "fig" / "x.png"
+        p.parent.mkdir(parents=True, exist_ok=True)
         p.write_bytes(b"png")
         return {"_files": [ctx.rel(p)]}
 
     sec = [StorySection("fig", ("F", "F"), ("", ""), ("", ""), compute, lambda d, ctx, lang: "ok")]
     write_report(tmp_path, sec, log=lambda m: None)
-    (tmp_path / "sections" / "fig" / "x.png").unlink()
+    (tmp_path / "fig" / "x.png").unlink()
     write_report(tmp_path, sec, log=lambda m: None)
     assert calls["n"] == 2
 

@@ -75,10 +75,16 @@ def zh_path(path: str | Path) -> Path:
 def save_both(path: str | Path, draw: Callable[[str], object]) -> list[Path]:
     """Save ``draw("en")`` to ``path`` and, when a CJK font is found, ``draw("zh")`` to
     :func:`zh_path` of it; returns the files written (the English one first)."""
-    written = [save(draw("en"), path)]
+    return draw_both(save, path, draw)
+
+
+def draw_both(save_fn: Callable[[object, Path], object], path: str | Path, draw: Callable[[str], object]) -> list:
+    """:func:`save_both` with another way to save: ``save_fn(figure, path)`` (e.g. an experiment run's
+    ``ctx.save_figure``, ``path`` relative to the run's folder); returns what ``save_fn`` returned."""
+    written = [save_fn(draw("en"), Path(path))]
     if cjk_font() is not None:
         with language("zh"):
-            written.append(save(draw("zh"), zh_path(path)))
+            written.append(save_fn(draw("zh"), zh_path(path)))
     return written
 
 

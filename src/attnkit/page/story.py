@@ -1,18 +1,21 @@
-"""The pieces of the report's story: a :class:`StorySection` and the :class:`SectionContext` it runs in.
+"""The unit of the report's page: a :class:`StorySection` and the :class:`SectionContext` it runs in.
 
-A section is split in two so that one run serves both languages and the cache:
+The report makes every section itself, in one of two ways: a section that measures (times, trains,
+counts) is an experiment (``attnkit.experiments``, one folder each) turned into a section from the
+facts it states; a section that measures nothing is a prose module of ``attnkit.report.sections``.
+Either way the section is split in two, so that one run serves both languages and the cache:
 
-* ``compute(ctx) -> dict`` measures (trains, times, draws figures under ``ctx.dir(id)``) and
-  returns JSON-able numbers; this is what the cache keeps;
+* ``compute(ctx) -> dict`` measures (or reads) and returns JSON-able numbers; this is what the
+  cache keeps, keyed by the section's id and ``inputs(ctx)`` (which name everything that changes
+  the numbers, the code included);
 * ``render(data, ctx, lang) -> html`` turns those numbers into prose, tables and figures, in
   English or Chinese, without measuring anything.
 
 Every section also states the question it answers and how to read its figure (in both languages),
 and may give one row of the closing summary table (``summary(data, ctx, lang) -> (measured, meaning)``).
 ``lesson`` names the course lesson that goes deeper (its file name without ``.py`` under
-``docs/course/en`` and ``docs/course/zh``; the page links a copy of it).
-``modules`` names the code whose source is part of the cache key; ``inputs(ctx)`` the rest of what
-changes the numbers; ``est_s`` the seconds ``compute`` takes per report size (for the ETA).
+``docs/course/en`` and ``docs/course/zh``; the page links a copy of it); ``est_s`` the seconds
+``compute`` takes per report size (for the ETA).
 """
 
 from __future__ import annotations
@@ -48,11 +51,6 @@ class SectionContext:
     run_missing: bool = True
     data: dict = field(default_factory=dict)
 
-    def dir(self, section_id: str) -> Path:
-        d = Path(self.out) / "sections" / section_id
-        d.mkdir(parents=True, exist_ok=True)
-        return d
-
     def rel(self, path: str | Path) -> str:
         """``path`` relative to the report folder (how the cache records the files it checks)."""
         return Path(path).resolve().relative_to(Path(self.out).resolve()).as_posix()
@@ -66,7 +64,6 @@ class StorySection:
     how_to_read: Pair
     compute: Callable[[SectionContext], dict]
     render: Callable[[dict, SectionContext, str], str]
-    modules: tuple[str, ...] = ()
     inputs: Callable[[SectionContext], dict] = lambda ctx: {}
     est_s: dict = field(default_factory=lambda: {"quick": 5.0, "tiny": 1.0})
     summary: Callable[[dict, "SectionContext", str], tuple[str, str] | None] | None = None

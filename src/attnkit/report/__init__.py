@@ -1,7 +1,7 @@
 """The one-page HTML report that ``attnkit report`` writes: :mod:`.build` runs the sections (cached,
 :mod:`.cache`) in the order of :mod:`.contents` and writes the page; :mod:`.experiment_section`
-makes a section of each registered experiment, :mod:`.sections` holds the parts that are not
-experiments. Imports flow report → experiments → page."""
+makes a section of each registered experiment (every part that measures), :mod:`.sections` holds
+the prose parts that measure nothing. Imports flow report → experiments → page."""
 
 from .build import build_report, default_sections
 

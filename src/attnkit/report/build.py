@@ -1,7 +1,7 @@
 """``attnkit report``: run the story's sections (or reuse their cache) and write one HTML page.
 
-Each section (:class:`.story.StorySection`) first measures (``compute``, cached by a hash of its
-inputs and code, see :mod:`.cache`), then writes its prose in the page's language (``render``).
+Each section (:class:`attnkit.page.story.StorySection`) first measures (``compute``, cached by a hash
+of its inputs, code included, see :mod:`.cache`), then writes its prose in the page's language (``render``).
 A section that fails is shown on the page with its error, the rest of the page is still written
 (an hour of experiments should not be lost to one broken plot), and :func:`report_command`
 returns 1. A progress line per section says what runs now and how long the rest should take.
@@ -62,7 +62,7 @@ def _fmt_s(s: float) -> str:
 def _key(sec: StorySection, ctx: SectionContext) -> str | None:
     if not sec.cache:
         return None
-    return cache.section_key(sec.id, {"size": ctx.size, **sec.inputs(ctx)}, sec.modules + ("attnkit.page.story",))
+    return cache.section_key(sec.id, {"size": ctx.size, **sec.inputs(ctx)}, ("attnkit.page.story",))
 
 
 def write_report(

@@ -1,13 +1,12 @@
 """The contents of ``attnkit report``: every section in the order of the page, then a closing
 summary table.
 
-Two kinds of sections share the page, sorted by their ``order``: the report's own
-(:mod:`.sections`: what attention is, masks, cost, relative positions, the KV cache, the
-misconception that attention began with the Transformer) and one per registered experiment with a
-``report_order`` (seq2seq, MiniLM, vision, forecasting, the other misconceptions, and any new
-experiment folder), built from the facts the experiment states (see :mod:`.experiment_section`).
-No experiment is named here. An experiment folder that fails to import is shown as a failed
-section, not silently left out.
+Two kinds of sections share the page, sorted by their place: one per registered experiment with a
+``report_order`` (everything that measures: what attention is, masks, cost, positions, the KV
+cache, seq2seq, vision, ... and any new experiment folder), built from the facts the experiment
+states (see :mod:`.experiment_section`), and the prose sections of :mod:`.sections` (which measure
+nothing: the misconception that attention began with the Transformer). No experiment is named here.
+An experiment folder that fails to import is shown as a failed section, not silently left out.
 """
 
 from __future__ import annotations
@@ -18,15 +17,22 @@ from ..page.html import table
 from ..page.i18n import tr
 from ..page.story import SectionContext, StorySection
 from .experiment_section import experiment_section
-from .sections import intro, kv_cache, masks, older, positions
-from .sections import cost as cost_section
+from .sections import PROSE
 
-REPORT_SECTIONS = (intro, masks, cost_section, positions, kv_cache, older)  # modules with ORDER and section()
+
+def prose_section(module) -> StorySection:
+    """The section of a prose module (see :mod:`.sections`): its ``render(ctx, lang)``, nothing
+    computed, nothing cached."""
+    summary = getattr(module, "summary", None)
+    return StorySection(module.ID, module.TITLE, module.QUESTION, module.HOW_TO_READ, lambda ctx: {},
+                        lambda data, ctx, lang: module.render(ctx, lang), est_s={"quick": 0.1, "tiny": 0.1},
+                        summary=None if summary is None else (lambda data, ctx, lang: summary(ctx, lang)),
+                        cache=False, order=module.ORDER, lesson=module.LESSON)
 
 
 def story() -> list[StorySection]:
     """Every section of the page in order, the summary last."""
-    secs = [m.section() for m in REPORT_SECTIONS]
+    secs = [prose_section(m) for m in PROSE]
     for exp in experiments():
         if exp.report_order is not None:
             secs.append(experiment_section(exp))
@@ -71,4 +77,4 @@ def summary_render(secs: list[StorySection]):
     return render
 
 
-__all__ = ["story", "summary_render"]
+__all__ = ["story", "summary_render", "prose_section"]

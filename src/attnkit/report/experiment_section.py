@@ -4,7 +4,8 @@ facts the experiment states (title, question, how to read it, place, time, tiny 
 
 The numbers: the experiment's newest results under ``runs/`` or, when there are none, a run of its
 quick preset (shrunk by its ``tiny`` overrides at the report's tiny size) into
-``report/experiments/NAME``, cached like any section. The prose: the experiment's own
+``report/experiments/NAME``, cached like any section. A preset with a ``bench_results`` key gets the
+report's folder of committed benchmark results there (the experiment quotes them beside its numbers). The prose: the experiment's own
 ``report(results, out, lang, full_results)``, where ``full_results`` are the committed long runs
 (``results/<experiment>/<run>/results.json``, from ``ctx.committed_results``; see
 :func:`attnkit.experiments.lab.committed.committed_runs`), read at render time.
@@ -38,8 +39,14 @@ def experiment_modules(exp: Experiment) -> tuple[str, ...]:
 
 
 def overrides_for(exp: Experiment, ctx: SectionContext) -> dict:
-    """The configuration changes of a run the report starts: the tiny size's, then the caller's."""
-    base = exp.tiny if ctx.size == "tiny" else {}
+    """The configuration changes of a run the report starts: the report's folder of committed
+    benchmark results for an experiment whose preset has a ``bench_results`` key, the tiny size's,
+    then the caller's."""
+    base = {}
+    if "bench_results" in exp.quick:
+        base["bench_results"] = None if ctx.bench_results is None else str(ctx.bench_results)
+    if ctx.size == "tiny":
+        base.update(exp.tiny)
     return {**base, **ctx.overrides.get(exp.name, {})}
 
 

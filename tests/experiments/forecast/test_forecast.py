@@ -78,6 +78,16 @@ def test_results_json_has_every_model_metric_and_the_plots(reference):
     assert "beat seasonal_naive" in section.html and section.html.count("<img") == 2
 
 
+def test_the_run_draws_its_figures_in_english_and_chinese(reference):
+    from attnkit.page.figures import cjk_font, zh_path
+
+    if cjk_font() is None:
+        pytest.skip("no CJK font on this machine (apt-get install fonts-noto-cjk)")
+    for name in ("forecast_in64_h8.png", "attention_lag_in64_h8.png"):
+        png = reference / name
+        assert zh_path(png).is_file() and zh_path(png).read_bytes() != png.read_bytes(), name
+
+
 def test_committed_runs_are_read_first_in_either_language(reference):
     from attnkit.experiments.forecast.section import summary_row
 

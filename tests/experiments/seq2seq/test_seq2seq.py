@@ -67,6 +67,19 @@ def test_results_schema_and_budget(dates_run):
         assert (out / png).stat().st_size > 10_000, png
 
 
+def test_the_run_draws_each_figure_in_english_and_chinese(dates_run):
+    """The Chinese report page shows the ``zh/`` copy, drawn by the run with a CJK font."""
+    from attnkit.page.figures import cjk_font, zh_path
+
+    if cjk_font() is None:
+        pytest.skip("no CJK font on this machine (apt-get install fonts-noto-cjk)")
+    out, _ = dates_run
+    pngs = sorted(out.glob("*.png"))
+    assert len(pngs) == 5
+    for png in pngs:
+        assert zh_path(png).is_file() and zh_path(png).read_bytes() != png.read_bytes(), png.name
+
+
 def test_resume_trains_nothing_and_reproduces_metrics(dates_run):
     out, doc = dates_run
     again = run_experiment("seq2seq", out=out, seeds=2, overrides=TINY, resume=True, show_progress=False)

@@ -40,6 +40,26 @@ def test_results_hold_accuracy_spread_params_flops_time(tiny_run):
     assert "accuracy_vs_cost.png" in r["figures"] and "vit_attention.png" in r["figures"]
 
 
+FIGURES = ("accuracy_vs_cost.png", "gates_cbam.png", "cbam_spatial.png", "mhsa_query.png", "vit_attention.png")  # tiny: resnet, cbam, mhsa, vit
+
+
+def test_every_figure_is_drawn_in_chinese_too_and_the_chinese_section_shows_those(tiny_run):
+    import re
+
+    from attnkit.page.figures import cjk_font, zh_path
+
+    if cjk_font() is None:
+        pytest.skip("no CJK font on this machine (apt-get install fonts-noto-cjk)")
+    doc, out = tiny_run
+    assert set(FIGURES) <= set(doc["results"]["figures"])
+    for name in FIGURES:
+        assert zh_path(out / name).is_file() and zh_path(out / name).read_bytes() != (out / name).read_bytes(), name
+    html = get("vision").report(Results(doc["results"], out, doc), out, "zh").html
+    shown = re.findall(r'<img alt="([^"]*)"[^>]*data-figure-lang="(\w+)"', html)
+    assert shown and all(lang == "zh" for _, lang in shown), shown  # no figure left in English on the Chinese page
+    assert "figure-en" not in html
+
+
 def test_report_section_is_generated_from_the_numbers(tiny_run):
     doc, out = tiny_run
     sec = get("vision").report(Results(doc["results"], out, doc), out)

@@ -3,6 +3,9 @@
 * :func:`attention_by_lag` — ``lstm_attention``'s weights averaged over test windows, read by lag:
   decoder step t (row T_in + t) attending to input step s has lag ``T_in + t - s``, so a weight
   concentrated at lag 48 on half-hourly data means "look at the same time yesterday".
+* :func:`forecast_figure`, :func:`attention_figure` — a run's figures, each saved in English and, in
+  ``zh/``, Chinese; :func:`run_figures` — the ones ``results.json`` holds the numbers of, drawn again
+  by ``python -m attnkit.experiments.redraw_zh``;
 * :data:`PUBLISHED` — ETTh1 multivariate MSE/MAE (scaled, standard split) as the papers publish them.
 * :func:`section` / :func:`reading` — the tables and the plain-language reading (English or Chinese),
   written in :mod:`.section`.
@@ -14,6 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+
+from ...page.figures import draw_both, pick
 
 # (data, features, input_len, horizon) -> rows; numbers exactly as the cited tables state them
 PUBLISHED = {
@@ -140,11 +145,13 @@ def attention_figure(att: dict, lang: str = "en"):
 
 
 def save_attention_plot(ctx, att: dict, relpath: str) -> None:
-    ctx.save_figure(attention_figure(att), relpath)
+    """:func:`attention_figure` saved in the run's folder, in English and (``zh/``) Chinese."""
+    draw_both(ctx.save_figure, relpath, lambda lang: attention_figure(att, lang))
 
 
-def save_forecast_plot(ctx, data, preds: dict[str, torch.Tensor], idx: list[int], relpath: str) -> None:
-    """History, truth and each model's forecast of the plotted channel (original units), a few windows."""
+def forecast_figure(data, preds: dict[str, torch.Tensor], idx: list[int], lang: str = "en"):
+    """History, truth and each model's forecast of the plotted channel (original units), a few test
+    windows ``idx``; ``preds[model]``: (len(idx), T_out, C_out), scaled."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -160,17 +167,32 @@ def save_forecast_plot(ctx, data, preds: dict[str, torch.Tensor], idx: list[int]
         T_in, T_out = past.shape[0], target.shape[0]
         show = min(T_in, 3 * T_out)
         hist = data.to_original(past[-show:, data.targets])[:, ch].numpy()
-        ax.plot(np.arange(-show, 0), hist, color="black", lw=1, label="history")
+        ax.plot(np.arange(-show, 0), hist, color="black", lw=1, label=pick(lang, "history", "历史"))
         ax.axvspan(-0.5, T_out - 0.5, color="#f3f3f3", zorder=0)  # the forecast horizon, shaded
-        ax.plot(np.arange(T_out), data.to_original(target)[:, ch].numpy(), color="black", lw=2.5, label="truth")
-        for k, (model, p) in enumerate(preds.items()):  # p: (len(idx), T_out, C_out), scaled; one colour, dash and marker each
+        ax.plot(np.arange(T_out), data.to_original(target)[:, ch].numpy(), color="black", lw=2.5,
+                label=pick(lang, "truth", "真实值"))
+        for k, (model, p) in enumerate(preds.items()):  # one colour, dash and marker each
             ax.plot(np.arange(T_out), data.to_original(p[idx.index(i)])[:, ch].numpy(), lw=1.3, color=f"C{k}",
                     ls=styles[k % len(styles)], marker=markers[k % len(markers)], markevery=max(1, T_out // 6), ms=4, label=model)
-        ax.set(ylabel=name, title=f"test window {i}")
+        ax.set(ylabel=name, title=pick(lang, f"test window {i}", f"测试窗口 {i}"))
     handles, labels = axes[0, 0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside lower center", ncols=min(len(labels), 5), fontsize=9, frameon=False)
-    axes[-1, 0].set_xlabel("steps relative to the forecast origin (shaded: the forecast horizon)")
-    ctx.save_figure(fig, relpath)
+    axes[-1, 0].set_xlabel(pick(lang, "steps relative to the forecast origin (shaded: the forecast horizon)",
+                                "相对预测起点的步数（阴影：预测区间）"))
+    return fig
+
+
+def save_forecast_plot(ctx, data, preds: dict[str, torch.Tensor], idx: list[int], relpath: str) -> None:
+    """:func:`forecast_figure` saved in the run's folder, in English and (``zh/``) Chinese."""
+    draw_both(ctx.save_figure, relpath, lambda lang: forecast_figure(data, preds, idx, lang))
+
+
+def run_figures(results: dict) -> list[tuple[str, object]]:
+    """``(file name, draw(lang) -> figure)`` of the figures of a run that its ``results`` dict holds
+    the numbers of: the attention figures (``settings[key]["attention"]``). The forecast curves need
+    the test windows and the models' predictions, which ``results.json`` does not hold."""
+    return [(f"attention_lag_{key}.png", lambda lang, att=st["attention"]: attention_figure(att, lang))
+            for key, st in results.get("settings", {}).items() if (st.get("attention") or {}).get("heatmap")]
 
 
 def reading(setting: dict, data_name: str, lang: str = "en") -> list[str]:

@@ -62,8 +62,8 @@ class Experiment:
         title: the section's heading (empty: ``help`` in both languages).
         question: the question the section answers.
         how_to_read: how to read its figure.
-        report_order: where the section sits (lower = earlier; the built-in sections sit at
-            10, 40, 50, 60, 70 and 100); None = no section.
+        report_order: where the section sits (lower = earlier; ``intro`` sits at 10, the
+            report's one prose section at 100, ``roadmap`` at 990); None = no section.
         est_s: seconds the report's own run takes, per report size (for its ETA).
         run_in_report: the report runs the quick configuration itself when no results exist
             even when asked to run none (only for experiments that take seconds).

@@ -1,5 +1,6 @@
-"""Figures of ``attnkit experiment seq2seq``, drawn from the results dict alone (so ``attnkit
-report`` could redraw them from ``results.json``):
+"""Figures of ``attnkit experiment seq2seq``, drawn from the results dict alone, in English or
+Chinese (``lang``), so that the Chinese copy of a committed run can be drawn again from its
+``results.json`` (:func:`run_figures`, used by ``python -m attnkit.experiments.redraw_zh``):
 
 * ``metric_vs_length.png`` — the Bahdanau et al. 2015 Fig. 2 shape: each metric against the
   source-length bucket, one line per model (mean over seeds) with error bars of ± one standard
@@ -7,8 +8,12 @@ report`` could redraw them from ``results.json``):
   nudged apart along x so that bars of models with equal scores stay visible; bucket counts
   under the x labels;
 * ``alignments_{model}.png`` — heatmaps of the alignment matrices of a few test sentences, source
-  tokens on the x axis and output tokens on the y axis (Bahdanau et al. Fig. 3);
+  tokens on the x axis and output tokens on the y axis (Bahdanau et al. Fig. 3); the matrices are
+  stored in ``results["alignments"]``;
 * ``training_curves.png`` — training and validation loss per epoch, one line per model and seed.
+
+A run saves each figure twice (:func:`attnkit.page.figures.draw_both`): the English file, and its
+Chinese copy in ``zh/`` beside it when a CJK font is installed.
 
 Shape legend: a heatmap is (T output tokens, S source tokens).
 """
@@ -19,9 +24,16 @@ import math
 
 import numpy as np
 
+from ...page.figures import draw_both, pick
+
 COLORS = {"rnn": "#7f7f7f", "bahdanau": "#1f77b4", "luong": "#2ca02c", "transformer": "#d62728"}
 LABELS = {"rnn": "RNN, no attention", "bahdanau": "RNN + Bahdanau", "luong": "RNN + Luong", "transformer": "Transformer"}
+LABELS_ZH = {"rnn": "RNN（无注意力）", "bahdanau": "RNN + Bahdanau", "luong": "RNN + Luong", "transformer": "Transformer"}
 METRIC_LABELS = {"exact_match": "exact match (%)", "char_accuracy": "character accuracy (%)", "bleu": "BLEU", "chrf": "chrF"}
+METRIC_LABELS_ZH = {"exact_match": "完全匹配率（%）", "char_accuracy": "字符准确率（%）", "bleu": "BLEU", "chrf": "chrF"}
+UNIT_ZH = {"characters": "个字符", "words": "个词", "tokens": "个 token"}  # "3–5 个字符": a count of units
+UNIT_AXIS_ZH = {"characters": "字符数", "words": "词数", "tokens": "token 数"}  # an axis: "源序列长度（字符数）"
+FIGURES = ("metric_vs_length.png", "training_curves.png")  # plus alignments_{model}.png per model with alignments
 
 
 def _plt():
@@ -33,6 +45,10 @@ def _plt():
     return plt
 
 
+def _label(name: str, lang: str) -> str:
+    return (LABELS_ZH if lang == "zh" else LABELS).get(name, name)
+
+
 def bucket_labels(results: dict) -> list[str]:
     first = next(iter(results["models"].values()))
     labels = []
@@ -42,7 +58,8 @@ def bucket_labels(results: dict) -> list[str]:
     return labels
 
 
-def metric_vs_length(ctx, results: dict, relpath: str = "metric_vs_length.png") -> None:
+def metric_vs_length_figure(results: dict, lang: str = "en"):
+    """Each metric against the source-length bucket, one line per model (see the module docstring)."""
     plt = _plt()
     metrics = results["metric_names"]
     fig, axes = plt.subplots(1, len(metrics), figsize=(6 * len(metrics), 4.2), squeeze=False)
@@ -56,25 +73,28 @@ def metric_vs_length(ctx, results: dict, relpath: str = "metric_vs_length.png") 
             mean = runs.mean(1)
             std = np.array([b["metrics"][m]["std"] for b in res["buckets"]], dtype=float)  # the tables' ± (results.json)
             xs = x + 0.06 * (k - (len(names) - 1) / 2)  # nudged apart: equal scores would hide each other's bars
-            ax.errorbar(xs, mean, yerr=std, fmt="o-", capsize=4, elinewidth=1.4, color=COLORS.get(name),
-                        label=f"{LABELS.get(name, name)} ({res['params']:,} params)")
+            label = pick(lang, f"{LABELS.get(name, name)} ({res['params']:,} params)",
+                         f"{_label(name, lang)}，{res['params']:,} 个参数")
+            ax.errorbar(xs, mean, yerr=std, fmt="o-", capsize=4, elinewidth=1.4, color=COLORS.get(name), label=label)
             if runs.shape[1] > 1:
                 ax.fill_between(xs, runs.min(1), runs.max(1), color=COLORS.get(name), alpha=0.15, linewidth=0)
         ax.set_xticks(x, labels, fontsize=8)
-        ax.set_xlabel(f"source length ({results['length_unit']})")
-        ax.set_ylabel(METRIC_LABELS.get(m, m))
+        unit = results["length_unit"]
+        ax.set_xlabel(pick(lang, f"source length ({unit})", f"源序列长度（{UNIT_AXIS_ZH.get(unit, unit)}）"))
+        ax.set_ylabel((METRIC_LABELS_ZH if lang == "zh" else METRIC_LABELS).get(m, m))
         ax.set_ylim(0, 102 if m in ("exact_match", "char_accuracy") else None)  # from 0: gaps read at their true size
         ax.grid(alpha=0.3)
     seeds = len(next(iter(results["models"].values()))["overall"][metrics[0]]["runs"])
     axes[0][0].legend(fontsize=8, loc="lower left")
-    fig.suptitle(f"{results['data']['name']}: score by source length (mean of {seeds} seed(s); bars = ± std, band = min–max over seeds)")
+    name = results["data"]["name"]
+    fig.suptitle(pick(lang, f"{name}: score by source length (mean of {seeds} seed(s); bars = ± std, band = min–max over seeds)",
+                      f"{name}：按源序列长度的得分（{seeds} 个种子的均值；误差棒 = ± 标准差，阴影 = 各种子的最小–最大值）"))
     fig.tight_layout()
-    ctx.save_figure(fig, relpath)
+    return fig
 
 
-def alignment_heatmaps(ctx, name: str, examples: list[dict], relpath: str) -> None:
-    if not examples:
-        return
+def alignment_figure(name: str, examples: list[dict], lang: str = "en"):
+    """One heatmap per example ``{"source": [S tokens], "output": [T tokens], "weights": (T, S)}``."""
     plt = _plt()
     widths = [max(4.0, 0.16 * len(e["source"]) + 1.5) for e in examples]
     height = max(3.0, 0.2 * max(len(e["output"]) for e in examples) + 1.8)
@@ -84,35 +104,65 @@ def alignment_heatmaps(ctx, name: str, examples: list[dict], relpath: str) -> No
         ax.imshow(w, cmap="Greys", vmin=0, vmax=1, aspect="auto")
         ax.set_xticks(range(len(ex["source"])), [_show(t) for t in ex["source"]], rotation=90, fontsize=7)
         ax.set_yticks(range(len(ex["output"])), [_show(t) for t in ex["output"]], fontsize=7)
-        ax.set_xlabel("source tokens")
-        ax.set_ylabel("output tokens")
-    fig.suptitle(f"{LABELS.get(name, name)}: alignment (attention weight of each output token over the source)")
+        ax.set_xlabel(pick(lang, "source tokens", "源词元"))
+        ax.set_ylabel(pick(lang, "output tokens", "输出词元"))
+    fig.suptitle(pick(lang, f"{LABELS.get(name, name)}: alignment (attention weight of each output token over the source)",
+                      f"{_label(name, lang)}：对齐（每个输出词元在源序列上的注意力权重）"))
     fig.tight_layout()
-    ctx.save_figure(fig, relpath)
+    return fig
 
 
 def _show(token: str) -> str:
     return {" ": "␣", "</s>": "EOS"}.get(token, token.replace("▁", "␣"))
 
 
-def training_curves(ctx, results: dict, relpath: str = "training_curves.png") -> None:
+def training_curves_figure(results: dict, lang: str = "en"):
+    """Training and validation loss per epoch, one line per model and seed (later seeds fainter)."""
     plt = _plt()
     fig, axes = plt.subplots(1, 2, figsize=(11, 4), squeeze=False)
     for name, res in results["models"].items():
         for s, hist in enumerate(res["history"]):
             ep = [r["epoch"] for r in hist]
-            kw = {"color": COLORS.get(name), "alpha": 0.9 if s == 0 else 0.45, "label": LABELS.get(name, name) if s == 0 else None}
+            kw = {"color": COLORS.get(name), "alpha": 0.9 if s == 0 else 0.45, "label": _label(name, lang) if s == 0 else None}
             axes[0][0].plot(ep, [r["train_loss"] for r in hist], **kw)
             if hist and "val_loss" in hist[0]:
                 axes[0][1].plot(ep, [r["val_loss"] for r in hist], **kw)
-    for ax, title in zip(axes[0], ("training loss", "validation loss")):
-        ax.set_title(f"{title} (token cross-entropy)")
+    titles = (pick(lang, "training loss (token cross-entropy)", "训练损失（词元交叉熵）"),
+              pick(lang, "validation loss (token cross-entropy)", "验证损失（词元交叉熵）"))
+    for ax, title in zip(axes[0], titles):
+        ax.set_title(title)
         ax.set_xlabel("epoch")
         ax.set_yscale("log")
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=8)
     fig.tight_layout()
-    ctx.save_figure(fig, relpath)
+    return fig
+
+
+def metric_vs_length(ctx, results: dict, relpath: str = "metric_vs_length.png") -> None:
+    """:func:`metric_vs_length_figure` saved in the run's folder, in English and (``zh/``) Chinese."""
+    draw_both(ctx.save_figure, relpath, lambda lang: metric_vs_length_figure(results, lang))
+
+
+def alignment_heatmaps(ctx, name: str, examples: list[dict], relpath: str) -> None:
+    """:func:`alignment_figure` saved in the run's folder, in English and (``zh/``) Chinese; nothing without examples."""
+    if examples:
+        draw_both(ctx.save_figure, relpath, lambda lang: alignment_figure(name, examples, lang))
+
+
+def training_curves(ctx, results: dict, relpath: str = "training_curves.png") -> None:
+    """:func:`training_curves_figure` saved in the run's folder, in English and (``zh/``) Chinese."""
+    draw_both(ctx.save_figure, relpath, lambda lang: training_curves_figure(results, lang))
+
+
+def run_figures(results: dict) -> list[tuple[str, object]]:
+    """``(file name, draw(lang) -> figure)`` of every figure of a run that its ``results`` dict
+    holds the numbers of, for drawing a finished run's figures again (``attnkit.experiments.redraw_zh``);
+    the alignment maps need ``results["alignments"]``."""
+    figs = [("metric_vs_length.png", lambda lang: metric_vs_length_figure(results, lang)),
+            ("training_curves.png", lambda lang: training_curves_figure(results, lang))]
+    return figs + [(f"alignments_{n}.png", lambda lang, n=n, al=al: alignment_figure(n, al, lang))
+                   for n, al in (results.get("alignments") or {}).items() if al]
 
 
 def finite(x: float) -> bool:

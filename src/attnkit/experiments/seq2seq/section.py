@@ -33,13 +33,11 @@ from ...page.i18n import tr as _tr
 from ..lab.committed import describe_run
 from ..lab.results import Section
 from .overview import lead_run, takeaway, verdict, verdict_lines, verdict_table
-from .plots import LABELS, METRIC_LABELS, finite
+from .plots import LABELS, LABELS_ZH, METRIC_LABELS, UNIT_ZH, finite
 
 ATTENTION_MODELS = ("bahdanau", "luong")
 WEAK_BLEU = 5.0  # below this no model translates: the run cannot support a claim
-LABELS_ZH = {"rnn": "RNN（无注意力）", "bahdanau": "RNN + Bahdanau", "luong": "RNN + Luong", "transformer": "Transformer"}
 METRIC_ZH = {"exact_match": "完全匹配率", "char_accuracy": "字符准确率", "bleu": "BLEU", "chrf": "chrF"}
-UNIT_ZH = {"characters": "个字符", "words": "个词", "tokens": "个 token"}
 
 #: BLEU on large WMT'14 test sets, as the papers tabulate them — for scale, not comparable to our small runs.
 PAPERS = [

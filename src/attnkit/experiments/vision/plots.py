@@ -9,6 +9,10 @@ the run's test images.
 * :func:`verdicts` — per attention model, the accuracy difference to the plain ResNet and whether
   it exceeds the seed spread ``sqrt(std_a² + std_b²)``: "helped", "hurt" or "no clear difference"
   ("one seed" when either model ran one seed: there is no spread to judge by).
+* :func:`make_figures` — the run's figures, each saved in English and, in ``zh/``, Chinese (class
+  names too: :func:`class_name`);
+  :func:`run_figures` — the ones a finished run can be drawn again from (``results.json`` and the
+  viewers' weights), by ``python -m attnkit.experiments.redraw_zh``;
 * the prose, tables and published numbers of the report section live in :mod:`.section`
   (re-exported here: :func:`reading_sentences`, :func:`section`, :data:`PUBLISHED`, :data:`PAPERS`).
 
@@ -25,6 +29,13 @@ import torch.nn.functional as F
 from .section import DATA_NAMES, LABELS, PAPERS, PUBLISHED, PUBLISHED_SOURCE, reading_sentences, section  # noqa: F401 (re-exported)
 
 OBJECT_THRESHOLD = 0.1  # raw pixel value above which a Fashion-MNIST pixel belongs to the garment
+CLASS_ZH = {"T-shirt/top": "T 恤/上衣", "Trouser": "裤子", "Pullover": "套头衫", "Dress": "连衣裙", "Coat": "外套",
+            "Sandal": "凉鞋", "Shirt": "衬衫", "Sneaker": "运动鞋", "Bag": "包", "Ankle boot": "短靴"}  # Fashion-MNIST's classes
+
+
+def class_name(name, lang: str = "en") -> str:
+    """A class's name in the figures of ``lang`` (digits and unknown names as they are)."""
+    return CLASS_ZH.get(str(name), str(name)) if lang == "zh" else str(name)
 
 
 def verdicts(models: dict) -> dict:
@@ -187,15 +198,67 @@ def accuracy_cost_figure(models: dict, lang: str = "en"):
     return fig
 
 
+def run_figures(results) -> list[tuple[str, object]]:
+    """``(file name, draw(lang) -> figure)`` of the figures a finished run can be drawn again from:
+    accuracy against cost from ``results`` (its ``results.json``), and, when ``results`` has the
+    ``run_dir`` of a :class:`~attnkit.experiments.Results`, the MHSA2d and ViT maps from the weights
+    of its viewers (:mod:`.viewer_figures`). The gate figures need the trained models."""
+    from .viewer_figures import viewer_figures
+
+    out = [("accuracy_vs_cost.png", lambda lang: accuracy_cost_figure(results["models"], lang))] if results.get("models") else []
+    run_dir = getattr(results, "run_dir", None)
+    return out + (viewer_figures(run_dir) if run_dir is not None else [])
+
+
+def spatial_gate_figure(gates: torch.Tensor, images: torch.Tensor, titles: list[str], lang: str = "en"):
+    """CBAM's spatial gate (n, h, w) over each image (n, H, W), one panel per image titled by its class."""
+    from ...inspect.plots import _figure
+    from ...inspect.vision import draw_heat
+    from ...page.figures import pick
+
+    fig = _figure(10.0, 2.9)
+    axes = []
+    for j in range(len(titles)):
+        ax = fig.add_subplot(1, len(titles), j + 1)
+        im = draw_heat(ax, gates[j], images[j], vmax=1.0)
+        ax.set_title(str(titles[j]), fontsize=8)
+        axes.append(ax)
+    fig.colorbar(im, ax=axes, shrink=0.85,
+                 label=pick(lang, "gate (0 = pixel suppressed, 1 = kept)", "门控（0 = 抑制像素，1 = 保留）"))
+    fig.suptitle(pick(lang, "CBAM first-stage spatial gate over the image (bright = kept)",
+                      "CBAM 第一阶段在图像上的空间门控（亮 = 保留）"), fontsize=9)
+    return fig
+
+
+def pixel_attention_figure(weights: torch.Tensor, side: int, image: torch.Tensor, label, lang: str = "en"):
+    """MHSA2d's last-stage weights (heads, N, N) of one image, N = side²: where the centre pixel looks."""
+    from ...inspect.vision import plot_pixel_attention
+    from ...page.figures import pick
+
+    title = pick(lang, f"MHSA2d after the last stage: where the centre pixel of the {side}x{side} map looks ({class_name(label)})",
+                 f"最后一个阶段之后的 MHSA2d：{side}x{side} 特征图的中心像素在看哪里（{class_name(label, lang)}）")
+    return plot_pixel_attention(weights, (side, side), (side // 2, side // 2), image, title=title, lang=lang)
+
+
+def vit_attention_figure(attentions: list, grid: tuple[int, int], image: torch.Tensor, label, lang: str = "en"):
+    """The ViT's per-layer weights (1, heads, T, T) of one image: the class token's maps and rollout."""
+    from ...inspect.vision import plot_vit_attention
+    from ...page.figures import pick
+
+    title = pick(lang, f"ViT: class-token attention per head and rollout ({class_name(label)})",
+                 f"ViT：每个头的类别 token 注意力与 rollout（{class_name(label, lang)}）")
+    return plot_vit_attention(attentions, grid, image, title=title, lang=lang)
+
+
 @torch.no_grad()
 def make_figures(ctx, models: dict, trained: dict, x: torch.Tensor, raw: torch.Tensor, y: torch.Tensor, classes) -> list[str]:
     import attnkit
-    from ...inspect.plots import _figure
-    from ...inspect.vision import capture_gates, draw_heat, plot_pixel_attention, plot_vit_attention
+    from ...inspect.vision import capture_gates
+    from ...page.figures import draw_both, pick
 
-    files = []
+    files = []  # the English files; each has a Chinese copy in zh/ when a CJK font is found
     # accuracy against parameters and against FLOPs, mean ± std over seeds
-    ctx.save_figure(accuracy_cost_figure(models), "accuracy_vs_cost.png")
+    draw_both(ctx.save_figure, "accuracy_vs_cost.png", lambda lang: accuracy_cost_figure(models, lang))
     files.append("accuracy_vs_cost.png")
 
     picks = _pick_images(y, 3)
@@ -208,9 +271,10 @@ def make_figures(ctx, models: dict, trained: dict, x: torch.Tensor, raw: torch.T
         ys = y[: g.shape[0]]
         ks = [int(y[i]) for i in picks]
         per_class = torch.stack([g[ys == k].mean(0) for k in ks])  # (3, C)
-        fig = gates_figure(per_class, [str(classes[k]) for k in ks],
-                           f"{LABELS[name]}: last-stage channel gates, mean over test images of each class")
-        ctx.save_figure(fig, f"gates_{name}.png")
+        title = (f"{LABELS[name]}: last-stage channel gates, mean over test images of each class",
+                 f"{LABELS[name]}：最后一个阶段的通道门控，各类别测试图像上的均值")
+        draw_both(ctx.save_figure, f"gates_{name}.png",
+                  lambda lang: gates_figure(per_class, [class_name(classes[k], lang) for k in ks], pick(lang, *title), lang))
         files.append(f"gates_{name}.png")
 
     if "cbam" in trained:
@@ -218,16 +282,9 @@ def make_figures(ctx, models: dict, trained: dict, x: torch.Tensor, raw: torch.T
         with capture_gates(trained["cbam"]) as rec:
             trained["cbam"](x[idx])
         s = next(iter(rec.spatial.values()))  # (4, h, w)
-        fig = _figure(10.0, 2.9)
-        axes = []
-        for j, i in enumerate(idx):
-            ax = fig.add_subplot(1, len(idx), j + 1)
-            im = draw_heat(ax, s[j], raw[i, 0], vmax=1.0)
-            ax.set_title(f"{classes[int(y[i])]}", fontsize=8)
-            axes.append(ax)
-        fig.colorbar(im, ax=axes, shrink=0.85, label="gate (0 = pixel suppressed, 1 = kept)")
-        fig.suptitle("CBAM first-stage spatial gate over the image (bright = kept)", fontsize=9)
-        ctx.save_figure(fig, "cbam_spatial.png")
+        names = [classes[int(y[i])] for i in idx]
+        draw_both(ctx.save_figure, "cbam_spatial.png",
+                  lambda lang: spatial_gate_figure(s, raw[idx, 0], [class_name(n, lang) for n in names], lang))
         files.append("cbam_spatial.png")
 
     if "mhsa" in trained:
@@ -237,9 +294,7 @@ def make_figures(ctx, models: dict, trained: dict, x: torch.Tensor, raw: torch.T
         w = rec.attentions[-1][0]  # (heads, N, N)
         side = math.isqrt(w.shape[-1])
         if side * side == w.shape[-1]:
-            fig = plot_pixel_attention(w, (side, side), (side // 2, side // 2), raw[i, 0],
-                                       title=f"MHSA2d after the last stage: where the centre pixel of the {side}x{side} map looks ({classes[int(y[i])]})")
-            ctx.save_figure(fig, "mhsa_query.png")
+            draw_both(ctx.save_figure, "mhsa_query.png", lambda lang: pixel_attention_figure(w, side, raw[i, 0], classes[int(y[i])], lang))
             files.append("mhsa_query.png")
             if ctx.is_main:  # the interactive viewer: click a pixel of the map to make it the query
                 attnkit.inspect.save_html(ctx.path("viewer_mhsa.html"), [w], patch_grid=(side, side), image=raw[i, 0],
@@ -250,9 +305,9 @@ def make_figures(ctx, models: dict, trained: dict, x: torch.Tensor, raw: torch.T
         i = picks[0]
         with attnkit.inspect.capture(trained["vit"]) as rec:
             trained["vit"](x[i : i + 1])
-        fig = plot_vit_attention(rec.attentions, trained["vit"].grid, raw[i, 0],
-                                 title=f"ViT: class-token attention per head and rollout ({classes[int(y[i])]})")
-        ctx.save_figure(fig, "vit_attention.png")
+        attentions = [a.detach() for a in rec.attentions]
+        draw_both(ctx.save_figure, "vit_attention.png",
+                  lambda lang: vit_attention_figure(attentions, trained["vit"].grid, raw[i, 0], classes[int(y[i])], lang))
         files.append("vit_attention.png")
         if ctx.is_main:
             attnkit.inspect.save_html(ctx.path("viewer_vit.html"), [a[0] for a in rec.attentions], patch_grid=trained["vit"].grid,

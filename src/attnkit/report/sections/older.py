@@ -1,6 +1,7 @@
-"""Report section: the misconception "attention began with the Transformer", answered with this
+"""Prose section: the misconception "attention began with the Transformer", answered with this
 report's own seq2seq run — the same RNN encoder-decoder with and without (Bahdanau 2014) attention,
-next to a Transformer of the same parameter budget. The other misconceptions are experiments of
+next to a Transformer of the same parameter budget. It measures nothing: it reads the numbers of
+the seq2seq experiment's section, earlier on the page. The other misconceptions are experiments of
 their own (``attnkit.experiments.misconceptions``), each a section of its own.
 """
 
@@ -8,8 +9,17 @@ from __future__ import annotations
 
 from ...page.html import so_what, table
 from ...page.i18n import tr
-from ...page.story import SectionContext, StorySection
+from ...page.story import SectionContext
 from ..experiment_section import load_results
+
+ID = "misconception_older"
+TITLE = ("Misconception: attention began with the Transformer", "误解：注意力始于 Transformer")
+QUESTION = ("Was attention invented by the Transformer (2017)?", "注意力是 Transformer（2017）发明的吗？")
+HOW_TO_READ = ("Rows compare the same RNN encoder-decoder without and with attention (Bahdanau et al., 2014) on this report's "
+               "seq2seq run, next to a Transformer of the same size.",
+               "表格在本报告的 seq2seq 运行上比较同一个 RNN 编码器-解码器有无注意力（Bahdanau 等，2014），以及同等规模的 Transformer。")
+ORDER = 100  # its place in the report: after forecasting (90), before the other misconceptions (110-140); reads seq2seq (20)
+LESSON = "02_scores_and_alignment"
 
 LABELS = {"rnn": ("RNN, no attention (Sutskever et al. 2014)", "RNN，无注意力（Sutskever 等，2014）"),
           "bahdanau": ("RNN + additive attention (Bahdanau et al. 2014)", "RNN + 加性注意力（Bahdanau 等，2014）"),
@@ -21,7 +31,9 @@ def _mean(x):
     return x["mean"] if isinstance(x, dict) else x
 
 
-def older_compute(ctx: SectionContext) -> dict:
+def _rows(ctx: SectionContext) -> dict:
+    """The seq2seq section's numbers this section reads: per model, parameters and the first metric
+    overall, on the shortest and on the longest sources ({"missing": True} without that section)."""
     doc = load_results(ctx.data.get("seq2seq"), ctx)
     if doc is None:
         return {"missing": True}
@@ -35,7 +47,8 @@ def older_compute(ctx: SectionContext) -> dict:
     return {"metric": metric, "rows": rows, "preset": doc.get("preset")}
 
 
-def older_render(data: dict, ctx: SectionContext, lang: str) -> str:
+def render(ctx: SectionContext, lang: str) -> str:
+    data = _rows(ctx)
     if data.get("missing"):
         return "<p class='note'>" + tr(lang, "No seq2seq results in this report: run <code>attnkit experiment seq2seq</code>.",
                                        "本报告没有 seq2seq 结果：请运行 <code>attnkit experiment seq2seq</code>。") + "</p>"
@@ -66,7 +79,8 @@ def older_render(data: dict, ctx: SectionContext, lang: str) -> str:
         "Transformer（2017）保留了这个想法，去掉了循环结构。"))
 
 
-def older_summary(data: dict, ctx: SectionContext, lang: str):
+def summary(ctx: SectionContext, lang: str):
+    data = _rows(ctx)
     if data.get("missing"):
         return None
     by = {r["model"]: r for r in data["rows"]}
@@ -75,19 +89,3 @@ def older_summary(data: dict, ctx: SectionContext, lang: str):
     return (tr(lang, f"longest sources: RNN {by['rnn']['longest']:.1f} vs RNN+attention (2014) {by['bahdanau']['longest']:.1f}",
                f"最长源序列：RNN {by['rnn']['longest']:.1f}，RNN+注意力（2014）{by['bahdanau']['longest']:.1f}"),
             tr(lang, "attention predates the Transformer", "注意力早于 Transformer"))
-
-
-ORDER = 100  # its place in the report: after forecasting (90), before the other misconceptions (110-140); reads the seq2seq section (20)
-
-
-def section() -> StorySection:
-    """This part of the report, with the question it answers and how to read its figure."""
-    return StorySection(
-        "misconception_older", ("Misconception: attention began with the Transformer", "误解：注意力始于 Transformer"),
-        ("Was attention invented by the Transformer (2017)?", "注意力是 Transformer（2017）发明的吗？"),
-        ("Rows compare the same RNN encoder-decoder without and with attention (Bahdanau et al., 2014) on this report's "
-         "seq2seq run, next to a Transformer of the same size.",
-         "表格在本报告的 seq2seq 运行上比较同一个 RNN 编码器-解码器有无注意力（Bahdanau 等，2014），以及同等规模的 Transformer。"),
-        older_compute, older_render, (__name__,), inputs=lambda ctx: {"seq2seq": ctx.data.get("seq2seq")},
-        est_s={"quick": 0.1, "tiny": 0.1}, summary=older_summary, order=ORDER,
-        lesson="02_scores_and_alignment")

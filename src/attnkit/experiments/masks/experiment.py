@@ -1,10 +1,18 @@
-"""Report section: masks — padding, causal, sliding window — drawn, and what goes wrong without them,
-measured as a leak: how much an output changes when only tokens it must not see change.
+"""``masks``: which (query, key) pairs may attend (padding, causal, sliding window), drawn, and what
+goes wrong without a mask, measured as a leak: how much an output changes when only tokens it must
+not see change.
+
+Measured on random q, k, v (nothing is trained; under a second): the causal leak (change only the
+last token; the earlier outputs must not move), the padding leak (change only the padding; the real
+outputs must not move) and the attention mass put on padding without a mask, with and without
+``attnkit.masks``; and the share of (query, key) pairs a sliding window of 256 keys computes as n grows.
 
 Shape legend: B batch, H heads, L queries, S keys, E feature size.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import torch
 
@@ -12,9 +20,11 @@ from ... import attention, masks
 from ...page.figures import binary_maps_figure, pick, save_both
 from ...page.html import details, figure, so_what, table
 from ...page.i18n import tr
-from ...page.story import SectionContext, StorySection
+from ..lab.context import RunContext
+from ..lab.registry import Experiment, register
+from ..lab.results import Section
 
-L_PIC, REAL, WINDOW = 12, 7, 3
+L_PIC, REAL, WINDOW = 12, 7, 3  # the figure: a 12-token sequence, 7 of them real, a window of 3 keys
 
 
 def _leak(q, k, v, k2, v2, mask, rows) -> float:
@@ -24,10 +34,11 @@ def _leak(q, k, v, k2, v2, mask, rows) -> float:
     return float((a - b).abs().max())
 
 
-def compute(ctx: SectionContext) -> dict:
-    g = torch.Generator().manual_seed(0)
-    L, E = (64, 16) if ctx.size == "quick" else (16, 8)
-    q, k, v = (torch.randn(1, 2, L, E, generator=g) for _ in range(3))
+def measure(L: int, E: int, seed: int, window: int, lengths: list[int]) -> dict:
+    """The causal and padding leaks, with and without the mask, on L random tokens of size E (2
+    heads); and the share of pairs a causal sliding window of ``window`` keys keeps per length n."""
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(1, 2, L, E, generator=g) for _ in range(3))  # (B, H, L, E)
     # causal: change only the last token; every earlier position must be unaffected
     k2, v2 = k.clone(), v.clone()
     k2[..., -1, :] += 3 * torch.randn(E, generator=g)
@@ -41,15 +52,45 @@ def compute(ctx: SectionContext) -> dict:
     v3[..., real:, :] = torch.randn(1, 2, L - real, E, generator=g)
     pm = masks.padding_mask([real], L)
     rows = slice(0, real)
-    w = attention(q, k, v, return_weights=True).weights[..., rows, :]
+    w = attention(q, k, v, return_weights=True).weights[..., rows, :]  # (B, H, real, S)
     padding = {"without": _leak(q, k, v, k3, v3, None, rows), "with": _leak(q, k, v, k3, v3, pm, rows),
                "mass_on_padding": float(w[..., real:].sum(-1).mean()), "real": real}
     # sliding window: the share of pairs that are computed at all, as n grows
-    share = {n: float(masks.sliding_window(left=255, right=0).materialize(n, n).float().mean()) for n in (512, 1024, 2048)}
-    d = ctx.dir("masks")
-    files = save_both(d / "masks.png", lambda lang: masks_figure(lang))
-    return {"L": L, "causal": causal, "padding": padding, "window_share": share, "png": ctx.rel(files[0]),
-            "_files": [ctx.rel(f) for f in files]}
+    share = {n: float(masks.sliding_window(left=window - 1, right=0).materialize(n, n).float().mean()) for n in lengths}
+    return {"L": L, "causal": causal, "padding": padding, "window": window, "window_share": share}
+
+
+@register
+class Masks(Experiment):
+    name = "masks"
+    help = "padding, causal and sliding-window masks drawn; the leak without them measured; the pairs a window keeps"
+    quick = {"length": 64, "dim": 16, "window": 256, "window_lengths": [512, 1024, 2048]}
+    full = quick
+    tiny = {"length": 16, "dim": 8}
+    seeds = 1
+    title = ("Masks: padding, causal, sliding window", "掩码：填充、因果、滑动窗口")
+    question = ("Which (query, key) pairs may attend, and what goes wrong without a mask?", "哪些 (查询, 键) 对可以相互关注？没有掩码会出什么错？")
+    how_to_read = ("Dark cells may attend, light cells are masked (their weight is exactly 0). Rows are queries, columns keys.",
+                   "深色格子可以关注，浅色格子被掩码（权重恰好为 0）。行是查询，列是键。")
+    report_order = 40  # after self-attention on real text (30)
+    lesson = "04_masks"
+    est_s = {"quick": 3, "tiny": 1}
+    run_in_report = True
+
+    def run(self, ctx: RunContext) -> dict:
+        c = ctx.config
+        data = measure(int(c["length"]), int(c["dim"]), ctx.seeds[0], int(c["window"]), [int(n) for n in c["window_lengths"]])
+        if ctx.is_main:
+            save_both(ctx.out / "masks.png", masks_figure)
+        return {**data, "figure": "masks.png"}
+
+    def report(self, results, out_dir, lang: str = "en", full_results=None) -> Section:
+        return Section(self.heading(lang), render(results, Path(results.run_dir), lang))
+
+    def summary(self, results, lang: str = "en", full_results=None):
+        return (tr(lang, f"future leak without/with causal mask: {results['causal']['without']:.2f} / {results['causal']['with']:.0e}",
+                   f"无/有因果掩码时的泄漏：{results['causal']['without']:.2f} / {results['causal']['with']:.0e}"),
+                tr(lang, "masks decide who may see whom; without them outputs leak", "掩码决定谁能看到谁；没有掩码就会泄漏"))
 
 
 def masks_figure(lang: str = "en"):
@@ -63,9 +104,10 @@ def masks_figure(lang: str = "en"):
                               on=t("may attend", "可以关注"), off=t("masked: weight exactly 0", "被掩码：权重恰好为 0"))
 
 
-def render(data: dict, ctx: SectionContext, lang: str) -> str:
+def render(data: dict, run_dir: Path, lang: str) -> str:
+    """The section's figure, prose and folded window table from a run's numbers ``data``."""
     c, p, L = data["causal"], data["padding"], data["L"]
-    html = figure(ctx.out / data["png"], tr(lang, "masks", "掩码"), lang)
+    html = figure(run_dir / data["figure"], tr(lang, "masks", "掩码"), lang)
     html += "<p>" + tr(
         lang,
         f"Measured now (L = {L}, 2 heads, random q, k, v). <b>Causal</b>: changing only the last token moved the outputs "
@@ -85,29 +127,9 @@ def render(data: dict, ctx: SectionContext, lang: str) -> str:
         "outputs; with the mask both leaks drop to rounding error.",
         "掩码不是效率上的细节：它决定了一个位置被允许知道什么。没有因果掩码训练的解码器可以直接读到它要预测的答案；"
         "没有填充掩码的批次会把填充内容混进真实输出；加上掩码后，两种泄漏都降到舍入误差的量级。"))
-    share = table([tr(lang, "sequence length n", "序列长度 n"), tr(lang, "share of (query, key) pairs computed, window 256", "窗口 256 时需要计算的 (查询, 键) 对比例")],
+    share = table([tr(lang, "sequence length n", "序列长度 n"), tr(lang, f"share of (query, key) pairs computed, window {data['window']}", f"窗口 {data['window']} 时需要计算的 (查询, 键) 对比例")],
                   [[n, f"{100 * s:.1f} %"] for n, s in data["window_share"].items()])
     share += "<p>" + tr(lang, "A sliding window keeps cost linear in n: the share of pairs it keeps roughly halves each time n doubles; "
                               "a backend that skips masked tiles (blockwise) turns that into time and memory saved.",
                         "滑动窗口让计算量随 n 线性增长：n 每翻一倍，保留的配对比例大约减半；跳过被掩码块的后端（blockwise）会把它变成节省的时间和内存。") + "</p>"
     return html + details(tr(lang, "Sliding windows: the share of pairs computed as n grows", "滑动窗口：随 n 增长需要计算的配对比例"), share)
-
-
-def summary(data: dict, ctx: SectionContext, lang: str):
-    return (tr(lang, f"future leak without/with causal mask: {data['causal']['without']:.2f} / {data['causal']['with']:.0e}",
-               f"无/有因果掩码时的泄漏：{data['causal']['without']:.2f} / {data['causal']['with']:.0e}"),
-            tr(lang, "masks decide who may see whom; without them outputs leak", "掩码决定谁能看到谁；没有掩码就会泄漏"))
-
-
-ORDER = 40  # its place in the report: after self-attention on real text (30)
-
-
-def section() -> StorySection:
-    """This part of the report, with the question it answers and how to read its figure."""
-    return StorySection(
-        "masks", ("Masks: padding, causal, sliding window", "掩码：填充、因果、滑动窗口"),
-        ("Which (query, key) pairs may attend, and what goes wrong without a mask?", "哪些 (查询, 键) 对可以相互关注？没有掩码会出什么错？"),
-        ("Dark cells may attend, light cells are masked (their weight is exactly 0). Rows are queries, columns keys.",
-         "深色格子可以关注，浅色格子被掩码（权重恰好为 0）。行是查询，列是键。"),
-        compute, render, (__name__,), est_s={"quick": 3, "tiny": 1}, summary=summary, order=ORDER,
-        lesson="04_masks")

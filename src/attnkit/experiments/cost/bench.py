@@ -1,4 +1,5 @@
-"""Pieces of the cost section: the quick backend benchmark's rows, and the committed full ("must") results.
+"""The cost section's benchmark pieces: the quick backend benchmark's rows, and the committed full
+("must") results and sweep, read from the folder of committed benchmark results.
 
 The quick suite (n = 2,048, fp32, ~30 s on 2 cores) shows the shape of the story: SDPA wins on
 plain and causal attention, the blockwise backend wins once a mask or bias has to be a dense
@@ -8,13 +9,15 @@ tens of minutes, so the report quotes its committed JSON instead of rerunning it
 
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
 
-from ...experiments.lab.committed import committed
 from ...page.html import esc, figure, table
+from ..lab.committed import committed
 
 
-def _quick_rows(result: dict) -> list[list[object]]:
+def quick_rows(result: dict) -> list[list[object]]:
     rows = [r for r in result["rows"] if "median_ms" in r]
     sdpa = {(r["mask"], r["bias"]): r["median_ms"] for r in rows if r["backend"] == "sdpa"}
     out = []
@@ -26,7 +29,7 @@ def _quick_rows(result: dict) -> list[list[object]]:
     return out
 
 
-def _memory_ratio(r: float) -> str:
+def memory_ratio(r: float) -> str:
     """blockwise/SDPA peak: "1/34" when blockwise is smaller, "3.8×" when larger."""
     return f"1/{1 / r:.0f}" if 0 < r < 1 else f"{r:.1f}×"
 
@@ -36,7 +39,7 @@ HEADLINE_CALLS = {"window256_16k_fp32": ("sliding window 256, n=16k, fp32", "滑
                   "bf16_dense_4k": ("no mask, n=4k, bf16", "无掩码，n=4k，bf16")}
 
 
-def _headline(summary: dict) -> dict:
+def headline(summary: dict) -> dict:
     """The numbers of the committed full benchmark's summary that the page quotes (JSON-able)."""
     rows = [{"key": k, **{f: summary[k][f] for f in ("sdpa_ms", "blockwise_ms", "speedup", "sdpa_peak_mib", "blockwise_peak_mib", "memory_ratio")}}
             for k in HEADLINE_CALLS if summary.get(k)]
@@ -48,7 +51,7 @@ def headline_html(h: dict, lang: str) -> str:
     """The committed full benchmark's headline table and sentences in ``lang``."""
     t = lambda en, zh: zh if lang == "zh" else en  # noqa: E731
     rows = [[HEADLINE_CALLS[r["key"]][lang == "zh"], f"{r['sdpa_ms']:.0f}", f"{r['blockwise_ms']:.0f}", f"{r['speedup']:.2f}×",
-             f"{r['sdpa_peak_mib']:.0f}", f"{r['blockwise_peak_mib']:.1f}", _memory_ratio(r["memory_ratio"])] for r in h["rows"]]
+             f"{r['sdpa_peak_mib']:.0f}", f"{r['blockwise_peak_mib']:.1f}", memory_ratio(r["memory_ratio"])] for r in h["rows"]]
     html = table([t("call", "调用"), t("SDPA ms", "SDPA 毫秒"), t("blockwise ms", "blockwise 毫秒"), t("speedup", "加速比"),
                   t("SDPA peak MiB", "SDPA 峰值 MiB"), t("blockwise peak MiB", "blockwise 峰值 MiB"),
                   t("blockwise/SDPA memory", "blockwise/SDPA 内存比")], rows)
@@ -108,15 +111,19 @@ def sweep_figure(result: dict, lang: str = "en"):
     return fig
 
 
-def _sweep(result: dict, root: Path | None = None, out: Path | None = None) -> dict:
+def sweep(result: dict, root: str | Path | None = None, out: Path | None = None) -> dict:
     """The whole sweep's counts and how often auto chose well (JSON-able; words at render time);
-    with ``out``, its grid drawn for the page in both languages there (else the committed PNG)."""
+    with ``out`` (a folder), its grid drawn for the page in both languages there, once per version
+    of the sweep and of this file (else the committed PNG)."""
     from ...bench import auto_choices
-    from ...page.figures import save_both
+    from ...page.figures import cjk_font, save_both, zh_path
 
     png = committed("attention_full.png", root)
     if out is not None:
-        png = save_both(out / "sweep.png", lambda lang: sweep_figure(result, lang))[0]
+        version = hashlib.sha256(json.dumps(result, sort_keys=True).encode() + Path(__file__).read_bytes()).hexdigest()[:12]
+        png = Path(out) / f"sweep-{version}.png"
+        if not png.is_file() or (cjk_font() is not None and not zh_path(png).is_file()):
+            save_both(png, lambda lang: sweep_figure(result, lang))
     return {"measured": sum("median_ms" in r for r in result["rows"]), "skipped": sum("skipped" in r for r in result["rows"]),
             "minutes": result["wall_s"] / 60, "auto": result.get("auto_choices") or auto_choices(result["rows"]),
             "png": str(png.resolve()) if png else None}

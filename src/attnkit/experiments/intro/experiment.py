@@ -1,10 +1,18 @@
-"""Report section 1: what attention is — score, normalise, weighted sum — in NumPy, next to
-:func:`attnkit.attention`, and the two agreeing to rounding error.
+"""``intro``: what an attention layer computes, step by step: score every key for every query,
+softmax each row, return the weighted sum of the values (Vaswani et al. 2017,
+https://arxiv.org/abs/1706.03762), written in NumPy beside :func:`attnkit.attention`.
+
+Measured: on a few random float64 tokens, NumPy's three steps and ``attnkit.attention`` (no mask,
+causal, padding) agree to rounding error, and every row of weights sums to 1. Drawn: the scores
+and their softmax weights, and average pooling's fixed weights beside attention's per-query ones.
+Nothing is trained; under a second.
 
 Shape legend: B batch, H heads, L queries, S keys, E feature size.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -13,7 +21,9 @@ from ... import attention, masks
 from ...page.figures import heatmaps_figure, pick, save_both
 from ...page.html import details, esc, figure, so_what, table
 from ...page.i18n import tr
-from ...page.story import SectionContext, StorySection
+from ..lab.context import RunContext
+from ..lab.registry import Experiment, register
+from ..lab.results import Section
 
 NUMPY_CODE = {"en": """import numpy as np
 def attention_numpy(q, k, v, allowed=None):          # q (L, E), k (S, E), v (S, Ev)
@@ -70,9 +80,11 @@ def static_dynamic_figure(w: np.ndarray, lang: str = "en"):
                            cbar=t("weight (each row sums to 1)", "权重（每行和为 1）"), vmin=0.0, vmax=1.0, cmap="viridis", height=3.8)
 
 
-def compute(ctx: SectionContext) -> dict:
-    g = torch.Generator().manual_seed(0)
-    L, E = 6, 4
+def measure(L: int, E: int, seed: int) -> tuple[dict, np.ndarray, np.ndarray]:
+    """NumPy's three steps against ``attnkit.attention`` on L random float64 tokens of size E, per
+    mask (none, causal, padding): the largest differences and row-sum error; also the plain call's
+    scores (L, S) and weights (L, S), for the figures."""
+    g = torch.Generator().manual_seed(seed)
     q, k, v = (torch.randn(1, 1, L, E, generator=g, dtype=torch.float64) for _ in range(3))
     cases = {"plain": None, "causal": masks.causal(), "padding (4 of 6 keys)": masks.padding_mask([4], L)}
     rows = []
@@ -84,19 +96,53 @@ def compute(ctx: SectionContext) -> dict:
                      "max_out_diff": float(np.abs(res.out[0, 0].numpy() - out_np).max()),
                      "max_w_diff": float(np.abs(res.weights[0, 0].numpy() - w_np).max()),
                      "row_sum_err": float(np.abs(res.weights[0, 0].sum(-1).numpy() - 1).max())})
-    scores = (q[0, 0] @ k[0, 0].T / E ** 0.5).numpy()
+    scores = (q[0, 0] @ k[0, 0].T / E ** 0.5).numpy()  # (L, S)
     _, w = attention_numpy(q[0, 0].numpy(), k[0, 0].numpy(), v[0, 0].numpy())
-    labels = [f"t{i}" for i in range(L)]
-    d = ctx.dir("intro")
-    files = save_both(d / "steps.png", lambda lang: steps_figure(scores, w, lang))
-    files += save_both(d / "dynamic.png", lambda lang: static_dynamic_figure(w, lang))
     best = int(w[2].argmax())
-    return {"rows": rows, "L": L, "E": E, "labels": labels, "q2_best": best, "q2_best_w": float(w[2, best]),
-            "score_range": [float(scores.min()), float(scores.max())],
-            "png": ctx.rel(files[0]), "dynamic_png": ctx.rel(d / "dynamic.png"), "_files": [ctx.rel(f) for f in files]}
+    data = {"rows": rows, "L": L, "E": E, "labels": [f"t{i}" for i in range(L)], "q2_best": best, "q2_best_w": float(w[2, best]),
+            "score_range": [float(scores.min()), float(scores.max())]}
+    return data, scores, w
 
 
-def render(data: dict, ctx: SectionContext, lang: str) -> str:
+@register
+class Intro(Experiment):
+    name = "intro"
+    help = "what attention computes: score, softmax, weighted sum in NumPy beside attnkit.attention, agreeing to rounding error"
+    quick = {"tokens": 6, "dim": 4}
+    full = quick
+    tiny = {}  # already a second
+    seeds = 1
+    title = ("What attention is", "什么是注意力")
+    question = ("What does an attention layer compute, step by step?", "注意力层一步一步算的是什么？")
+    how_to_read = (
+        "In every heatmap a row is one query and a column one key. In the second figure, left: the score of every (query, key) pair; "
+        "right: the same rows after softmax — each row sums to 1 and says how much of each value goes into that query's output.",
+        "每幅热力图中，一行是一个查询，一列是一个键。第二幅图左边是每个 (查询, 键) 对的分数；右边是同样的行经过 softmax 之后——"
+        "每行和为 1，表示每个值在该查询输出中所占的份额。")
+    report_order = 10  # the first section
+    lesson = "01_attention_from_scratch"
+    est_s = {"quick": 2, "tiny": 1}
+    run_in_report = True
+
+    def run(self, ctx: RunContext) -> dict:
+        c = ctx.config
+        data, scores, w = measure(int(c["tokens"]), int(c["dim"]), ctx.seeds[0])
+        if ctx.is_main:
+            save_both(ctx.out / "steps.png", lambda lang: steps_figure(scores, w, lang))
+            save_both(ctx.out / "dynamic.png", lambda lang: static_dynamic_figure(w, lang))
+        return {**data, "figures": {"steps": "steps.png", "dynamic": "dynamic.png"}}
+
+    def report(self, results, out_dir, lang: str = "en", full_results=None) -> Section:
+        return Section(self.heading(lang), render(results, Path(results.run_dir), lang))
+
+    def summary(self, results, lang: str = "en", full_results=None):
+        worst = max(max(r["max_out_diff"], r["max_w_diff"]) for r in results["rows"])
+        return (tr(lang, f"NumPy vs attnkit: max |Δ| {worst:.1e}", f"NumPy 与 attnkit：最大差 {worst:.1e}"),
+                tr(lang, "attention = score, softmax, weighted sum", "注意力 = 打分、softmax、加权求和"))
+
+
+def render(data: dict, run_dir: Path, lang: str) -> str:
+    """The section's prose, figures and check table from a run's numbers ``data``; figures from ``run_dir``."""
     worst = max(max(r["max_out_diff"], r["max_w_diff"]) for r in data["rows"])
     row_err = max(r["row_sum_err"] for r in data["rows"])
     html = "<p>" + tr(
@@ -117,11 +163,11 @@ def render(data: dict, ctx: SectionContext, lang: str) -> str:
         "每个位置通过对自身向量做三个学习得到的线性变换，扮演三种角色：<b>查询</b> q（这个位置在找什么）、<b>键</b> k（它拿什么来被匹配）、"
         "<b>值</b> v（被选中时它交出什么）。一对位置的分数是 q·k/√E（E 是向量长度；除以 √E 使分数不随 E 变大而膨胀），"
         "权重是在所有键上做 softmax，输出是值的加权和。") + "</p>"
-    html += figure(ctx.out / data["dynamic_png"], tr(lang, "static versus dynamic weighting", "静态加权与动态加权"), lang)
+    html += figure(run_dir / data["figures"]["dynamic"], tr(lang, "static versus dynamic weighting", "静态加权与动态加权"), lang)
     html += "<p>" + tr(lang, "The three steps, in NumPy, and the same call in attnkit:", "三个步骤的 NumPy 写法，以及 attnkit 中的同一调用：") + "</p>"
     html += f"<pre>{esc(NUMPY_CODE['zh' if lang == 'zh' else 'en'])}</pre>"
     lo, hi = data.get("score_range", (float("nan"), float("nan")))
-    html += figure(ctx.out / data["png"], tr(lang, "scores and weights", "分数与权重"), lang)
+    html += figure(run_dir / data["figures"]["steps"], tr(lang, "scores and weights", "分数与权重"), lang)
     html += so_what(lang, tr(
         lang,
         f"Scores can be any real number (here from {lo:.2f} to {hi:.2f}); softmax turns each row into shares of 1, so a query's "
@@ -146,25 +192,3 @@ def render(data: dict, ctx: SectionContext, lang: str) -> str:
                      f"{r['row_sum_err']:.1e}"] for r in data["rows"]])
     html += details(tr(lang, f"Check: NumPy and attnkit agree to {worst:.1e}", f"核对：NumPy 与 attnkit 的差异不超过 {worst:.1e}"), check)
     return html
-
-
-def summary(data: dict, ctx: SectionContext, lang: str):
-    worst = max(max(r["max_out_diff"], r["max_w_diff"]) for r in data["rows"])
-    return (tr(lang, f"NumPy vs attnkit: max |Δ| {worst:.1e}", f"NumPy 与 attnkit：最大差 {worst:.1e}"),
-            tr(lang, "attention = score, softmax, weighted sum", "注意力 = 打分、softmax、加权求和"))
-
-
-ORDER = 10  # its place in the report: the first section
-
-
-def section() -> StorySection:
-    """This part of the report, with the question it answers and how to read its figure."""
-    return StorySection(
-        "intro", ("What attention is", "什么是注意力"),
-        ("What does an attention layer compute, step by step?", "注意力层一步一步算的是什么？"),
-        ("In every heatmap a row is one query and a column one key. In the second figure, left: the score of every (query, key) pair; "
-         "right: the same rows after softmax — each row sums to 1 and says how much of each value goes into that query's output.",
-         "每幅热力图中，一行是一个查询，一列是一个键。第二幅图左边是每个 (查询, 键) 对的分数；右边是同样的行经过 softmax 之后——"
-         "每行和为 1，表示每个值在该查询输出中所占的份额。"),
-        compute, render, (__name__,), est_s={"quick": 2, "tiny": 1}, summary=summary, order=ORDER,
-        lesson="01_attention_from_scratch")

@@ -1,39 +1,36 @@
-"""Report section: the KV cache — greedy decoding with a cache versus recomputing the prefix at
-every step, measured now on a toy decoder, plus the committed 1,024-token benchmark."""
+"""``kv_cache``: why text generation keeps a cache of keys and values, and how much it saves.
+
+Measured (one thread, a few seconds): a toy decoder at the shape of the committed benchmark (width
+512, 8 heads, RoPE, fp32, batch 1, untrained: the speed does not depend on the weights) generates
+greedily after an 8-token prompt with a dynamic cache, a static cache, and recomputing the whole
+prefix at every step; tokens per second of each, and whether the three produced the same tokens.
+Quoted at render time: the committed 1,024-token benchmark (``decoding.json`` and ``decoding.png``
+of ``benchmarks/decoding.py``) from the folder of committed benchmark results the run names.
+
+Shapes: prompt (B=1, 8) tokens; generated (B=1, 8 + n) tokens.
+"""
 
 from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import torch
 
-from ...experiments.lab.committed import committed
-from ...experiments.lab.threads import threads
 from ...page.html import details, figure, so_what, table
 from ...page.i18n import tr
-from ...page.story import SectionContext, StorySection
-from ..cache import file_hash
+from ..lab.committed import committed
+from ..lab.context import RunContext
+from ..lab.registry import Experiment, register
+from ..lab.results import Section
+from ..lab.threads import threads
 
 
 def _tokens_per_s(fn, n: int) -> tuple[float, torch.Tensor]:
     t0 = time.perf_counter()
     toks = fn()
     return n / (time.perf_counter() - t0), toks
-
-
-def inputs(ctx: SectionContext) -> dict:
-    return {"decoding.json": file_hash(committed("decoding.json", ctx.bench_results))}
-
-
-def compute(ctx: SectionContext) -> dict:
-    from ...models.toy_decoder import ToyDecoder
-
-    # one thread: on a shared 2-core machine two threads made this section take 6 minutes instead of 20 s
-    n_tokens, layers = (128, (1, 4)) if ctx.size == "quick" else (16, (1,))
-    with threads(1):
-        rows = _measure(ToyDecoder, n_tokens, layers)
-    return _with_committed({"n_tokens": n_tokens, "threads": 1, "rows": rows, "_files": []}, ctx)
 
 
 def _measure(ToyDecoder, n_tokens: int, layers: tuple[int, ...]) -> list[dict]:
@@ -52,18 +49,62 @@ def _measure(ToyDecoder, n_tokens: int, layers: tuple[int, ...]) -> list[dict]:
     return rows
 
 
-def _with_committed(data: dict, ctx: SectionContext) -> dict:
-    path = committed("decoding.json", ctx.bench_results)
-    if path is not None:
-        models = json.loads(path.read_text())["models"]
-        data["committed"] = [{"model": name, **{k: v["tokens_per_s"] for k, v in m.items() if isinstance(v, dict) and "tokens_per_s" in v}}
-                             for name, m in models.items()]
-        png = committed("decoding.png", ctx.bench_results)
-        data["committed_png"] = str(png.resolve()) if png else None
-    return data
+def committed_decoding(root: str | Path | None) -> dict:
+    """The committed 1,024-token decoding benchmark under ``root``: tokens per second per model and
+    cache kind, and its figure's path; empty when ``root`` or ``decoding.json`` is missing."""
+    path = committed("decoding.json", root)
+    if path is None:
+        return {}
+    models = json.loads(path.read_text(encoding="utf-8"))["models"]
+    rows = [{"model": name, **{k: v["tokens_per_s"] for k, v in m.items() if isinstance(v, dict) and "tokens_per_s" in v}}
+            for name, m in models.items()]
+    png = committed("decoding.png", root)
+    return {"committed": rows, "committed_png": str(png.resolve()) if png else None}
 
 
-def render(data: dict, ctx: SectionContext, lang: str) -> str:
+@register
+class KVCache(Experiment):
+    name = "kv_cache"
+    help = "greedy decoding with a dynamic or static KV cache against recomputing the prefix: tokens/s, same tokens"
+    # bench_results: the folder of committed benchmark results quoted beside the measurement (the report sets its own)
+    quick = {"tokens": 128, "layers": [1, 4], "threads": 1, "bench_results": "benchmarks/results"}
+    full = quick
+    tiny = {"tokens": 16, "layers": [1]}
+    seeds = 1
+    title = ("The KV cache", "KV 缓存")
+    question = ("Why does text generation keep a cache of keys and values, and how much does it save?", "为什么文本生成要缓存键和值？能省多少？")
+    how_to_read = ("Tokens per second (higher is better) with a dynamic cache, a static cache, and recomputing the whole prefix.",
+                   "每秒生成的 token 数（越高越好）：动态缓存、静态缓存、以及每步重算整个前缀。")
+    report_order = 70  # after positions (60), before vision (80)
+    lesson = "09_kv_cache"
+    est_s = {"quick": 10, "tiny": 2}
+    run_in_report = True
+
+    def run(self, ctx: RunContext) -> dict:
+        from ...models.toy_decoder import ToyDecoder
+
+        c = ctx.config
+        n_tokens, n_threads = int(c["tokens"]), int(c["threads"])
+        # one thread: on a shared 2-core machine two threads made this measurement take 6 minutes instead of 20 s
+        with threads(n_threads):
+            rows = _measure(ToyDecoder, n_tokens, tuple(int(n) for n in c["layers"]))
+        return {"n_tokens": n_tokens, "threads": n_threads, "rows": rows, "bench_results": c.get("bench_results")}
+
+    def report(self, results, out_dir, lang: str = "en", full_results=None) -> Section:
+        data = {**results, **committed_decoding(results.get("bench_results"))}  # the committed benchmark: read now
+        return Section(self.heading(lang), render(data, lang))
+
+    def summary(self, results, lang: str = "en", full_results=None):
+        best = max(results["rows"], key=lambda r: r["layers"])
+        x = best["dynamic"] / best["recompute"]
+        same = all(r["same"] for r in results["rows"])
+        return (tr(lang, f"KV cache {x:.1f}× faster at {results['n_tokens']} tokens, same tokens: {'yes' if same else 'no'}",
+                   f"{results['n_tokens']} 个 token 时 KV 缓存快 {x:.1f} 倍，输出相同：{'是' if same else '否'}"),
+                tr(lang, "decoding cost per step stays flat with a cache", "有缓存时每步解码成本保持平稳"))
+
+
+def render(data: dict, lang: str) -> str:
+    """The section's prose and tables from a run's numbers ``data`` (with the committed benchmark's, when found)."""
     rows, n = data["rows"], data["n_tokens"]
     best = max(rows, key=lambda r: r["layers"])
     same = all(r["same"] for r in rows)
@@ -100,33 +141,7 @@ def render(data: dict, ctx: SectionContext, lang: str) -> str:
                       tr(lang, "sdpa raw tok/s", "直接调用 sdpa token/秒"), tr(lang, "recompute tok/s", "重算 token/秒")],
                      [[c["model"].replace("_", " "), *(f"{c.get(k, float('nan')):.1f}" for k in ("dynamic", "static", "sdpa_raw", "recompute"))]
                       for c in data["committed"]])
-        if data.get("committed_png"):
-            from pathlib import Path
-
-            if Path(data["committed_png"]).is_file():
-                more += figure(data["committed_png"], tr(lang, "per-token time by position", "按位置的每 token 时间"), lang)
+        if data.get("committed_png") and Path(data["committed_png"]).is_file():
+            more += figure(data["committed_png"], tr(lang, "per-token time by position", "按位置的每 token 时间"), lang)
         html += details(tr(lang, "1,024 tokens (committed <code>decoding.json</code>)", "1,024 个 token（已提交的 <code>decoding.json</code>）"), more)
     return html
-
-
-def summary(data: dict, ctx: SectionContext, lang: str):
-    best = max(data["rows"], key=lambda r: r["layers"])
-    x = best["dynamic"] / best["recompute"]
-    same = all(r["same"] for r in data["rows"])
-    return (tr(lang, f"KV cache {x:.1f}× faster at {data['n_tokens']} tokens, same tokens: {'yes' if same else 'no'}",
-               f"{data['n_tokens']} 个 token 时 KV 缓存快 {x:.1f} 倍，输出相同：{'是' if same else '否'}"),
-            tr(lang, "decoding cost per step stays flat with a cache", "有缓存时每步解码成本保持平稳"))
-
-
-ORDER = 70  # its place in the report: after positions (60), before vision (80)
-
-
-def section() -> StorySection:
-    """This part of the report, with the question it answers and how to read its figure."""
-    return StorySection(
-        "kv_cache", ("The KV cache", "KV 缓存"),
-        ("Why does text generation keep a cache of keys and values, and how much does it save?", "为什么文本生成要缓存键和值？能省多少？"),
-        ("Tokens per second (higher is better) with a dynamic cache, a static cache, and recomputing the whole prefix.",
-         "每秒生成的 token 数（越高越好）：动态缓存、静态缓存、以及每步重算整个前缀。"),
-        compute, render, (__name__,), inputs=inputs, est_s={"quick": 10, "tiny": 2}, summary=summary, order=ORDER,
-        lesson="09_kv_cache")

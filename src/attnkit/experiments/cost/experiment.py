@@ -1,0 +1,232 @@
+"""``cost``: why dense attention is expensive for long inputs, what blockwise (Flash-style) computing
+changes, the trade-off of linear attention, and what ``auto`` dispatch chose and why.
+
+Measured (seconds; nothing is trained): the dense bytes attnkit reports for a call against the
+formula B·H·n²·4, linear attention's error against exact softmax attention on random tokens, the
+backend ``auto`` ran for nine typical calls with its reason; at the quick preset, when no committed
+result of it is found, the quick backend benchmark (``attnkit bench --quick``, fresh processes,
+1-1.5 min on 2 cores). Quoted at render time from the folder of committed benchmark results the run
+names: the quick benchmark, the full comparison at 4k-16k tokens and the whole sweep
+(``attention_quick.json``, ``attention.json``, ``attention_full.json`` of ``attnkit bench``).
+
+Shape legend: B batch, H heads, n = L = S sequence length, E feature size.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from ... import attention, linear_attention
+from ...page.html import details, figure, so_what, table
+from ...page.i18n import tr
+from ..lab.committed import committed
+from ..lab.context import RunContext
+from ..lab.registry import Experiment, register
+from ..lab.results import Section
+from .bench import headline, headline_html, quick_rows, sweep, sweep_html
+from .calls import CALLS_ZH, example_calls, reason
+
+B, H, E = 1, 8, 64
+
+
+def measure(linear_n: int, seed: int) -> dict:
+    """The dense score matrix's bytes (attnkit's report at n = 256 and the formula per n), what
+    ``auto`` ran for the typical calls and why, and linear attention's relative error on
+    ``linear_n`` random tokens."""
+    # 1. the (n, n) score matrix: what a dense call materializes, as attnkit's report states it
+    q = torch.randn(B, H, 256, E)
+    small = attention(q, q, q, backend="reference").report.materialized_bytes
+    dense = [[n, B * H * n * n * 4] for n in (1024, 4096, 16384, 65536)]  # pairs: JSON keeps int n
+    # 2. which backend auto picks for typical calls, and why
+    L = 64
+    qa = torch.randn(2, 4, L, 16)  # (B, H, L, E)
+    auto = []
+    for name, kw in example_calls(L):
+        r = attention(qa, qa, qa, **kw).report
+        auto.append({"call": name, "ran": r.backend, "why": r.reason, "bytes": r.materialized_bytes})
+    # 3. linear attention's trade-off: an approximation of softmax, not a faster softmax
+    g = torch.Generator().manual_seed(seed)
+    ql, kl, vl = (torch.randn(1, 4, linear_n, 32, generator=g) for _ in range(3))
+    return {"reference_bytes_256": small, "formula_256": B * H * 256 * 256 * 4, "dense": dense, "auto": auto,
+            "linear_rel_err": linear_error(ql, kl, vl), "linear_n": linear_n}
+
+
+def linear_error(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> float:
+    """‖linear − exact‖ / ‖exact‖: how far linear attention (elu + 1 features) lands from softmax
+    attention on q (B, H, L, E), k, v (B, H, S, E)."""
+    exact = attention(q, k, v, backend="reference").out  # (B, H, L, E)
+    lin = linear_attention(q, k, v).out
+    return float((lin - exact).norm() / exact.norm())
+
+
+def committed_benchmarks(data: dict, root: str | Path | None, out_dir: Path) -> dict:
+    """``data`` with the committed benchmark results under ``root`` the page quotes: the quick
+    benchmark (unless this run measured it), the full comparison's headline and the whole sweep,
+    its grid drawn under ``out_dir``."""
+    data = dict(data)
+    quick = committed("attention_quick.json", root)
+    if "quick_rows" not in data and quick is not None:
+        data["quick_rows"] = quick_rows(json.loads(quick.read_text(encoding="utf-8")))
+        data["quick_source"] = "committed"
+        png = committed("attention_quick.png", root)
+        if png is not None:
+            data["quick_png"] = str(png.resolve())
+    full = committed("attention.json", root)
+    if full is not None:
+        data["committed_headline"] = headline(json.loads(full.read_text(encoding="utf-8")).get("summary", {}))
+    whole = committed("attention_full.json", root)
+    if whole is not None:
+        data["committed_sweep"] = sweep(json.loads(whole.read_text(encoding="utf-8")), root, out_dir)
+    return data
+
+
+@register
+class Cost(Experiment):
+    name = "cost"
+    help = "dense attention's n² memory, linear attention's error, what auto chose and why, and the backend benchmark"
+    # measure_bench: run `attnkit bench --quick` when no committed result of it is found (1-1.5 min);
+    # bench_results: the folder of committed benchmark results quoted beside the measurement (the report sets its own)
+    quick = {"linear_n": 512, "measure_bench": True, "bench_results": "benchmarks/results"}
+    full = quick
+    tiny = {"linear_n": 128, "measure_bench": False}
+    seeds = 1
+    title = ("Cost and speed: quadratic, blockwise, linear", "成本与速度：二次方、分块、线性")
+    question = ("Why is attention expensive for long inputs, and what do blockwise (Flash-style) and linear attention change?",
+                "为什么注意力在长输入上代价高？分块（Flash 式）和线性注意力改变了什么？")
+    how_to_read = (
+        "The first table is memory for the dense score matrix; the benchmark plot shows measured time per backend (lower is "
+        "better) and the tables say which backend auto chose and why.",
+        "第一张表是稠密分数矩阵所需的内存；基准图给出各后端的实测时间（越低越好），表格说明 auto 选择了哪个后端以及原因。")
+    report_order = 50  # after masks (40)
+    lesson = "06_flash_online_softmax"
+    est_s = {"quick": 5, "tiny": 2}
+    run_in_report = True
+
+    def run(self, ctx: RunContext) -> dict:
+        c = ctx.config
+        root = c.get("bench_results")
+        data = {**measure(int(c["linear_n"]), ctx.seeds[0]), "bench_results": root}
+        if c["measure_bench"] and committed("attention_quick.json", root) is None and ctx.is_main:
+            from ...bench import run_bench
+
+            res = run_bench(quick=True, out_dir=ctx.out / "bench", log=lambda *a: None)
+            data["quick_rows"] = quick_rows(res)
+            data["quick_source"] = "measured now"
+            if (ctx.out / "bench" / "attention_quick.png").exists():
+                data["quick_png"] = "bench/attention_quick.png"
+        return data
+
+    def report(self, results, out_dir, lang: str = "en", full_results=None) -> Section:
+        data = dict(results)
+        if data.get("quick_png") and data.get("quick_source") == "measured now":
+            data["quick_png"] = str(Path(results.run_dir) / data["quick_png"])
+        data = committed_benchmarks(data, results.get("bench_results"), Path(out_dir) / "figures" / self.name)
+        return Section(self.heading(lang), render(data, lang))
+
+    def summary(self, results, lang: str = "en", full_results=None):
+        g = dict((int(n), b) for n, b in results["dense"])[16384] / 2**30
+        err = 100 * results["linear_rel_err"]
+        return (tr(lang, f"dense scores at n=16k: {g:.0f} GiB; linear attn error {err:.0f} %", f"n=16k 时稠密分数 {g:.0f} GiB；线性注意力误差 {err:.0f}%"),
+                tr(lang, "dense is O(n²) memory; blockwise is exact in O(n); linear is an approximation",
+                   "稠密为 O(n²) 内存；分块精确且 O(n)；线性是近似"))
+
+
+def render(data: dict, lang: str) -> str:
+    """The section's prose, tables and figures from a run's numbers ``data`` (with the committed benchmark's, when found)."""
+    gib = {int(n): b / 2**30 for n, b in data["dense"]}
+    ns = list(gib)
+    html = "<p>" + tr(
+        lang,
+        f"Every query scores every key, so a dense call builds an n × n matrix per head: for B={B}, H={H} in fp32 that is "
+        f"{gib[ns[0]]:.3f} GiB at n = {int(ns[0]):,} and {gib[ns[-1]]:.0f} GiB at n = {int(ns[-1]):,} — four times more for every doubling. "
+        f"attnkit's own report says the same: the reference backend at n = 256 materialized {data['reference_bytes_256']:,} bytes "
+        f"(the formula gives {data['formula_256']:,}). Blockwise (Flash-style) computing never builds that matrix: it walks over "
+        "tiles of keys keeping a running max and sum of the softmax, so memory grows like n, and tiles that a mask hides are skipped. "
+        f"Linear attention changes the maths instead: on n = {data['linear_n']} random tokens its output differs from exact "
+        f"softmax attention by {100 * data['linear_rel_err']:.0f} % (relative norm) — linear cost, different answer.",
+        f"每个查询都要给每个键打分，所以稠密注意力每个头要构造一个 n × n 矩阵：B={B}、H={H}、fp32 时，n = {int(ns[0]):,} 需要 "
+        f"{gib[ns[0]]:.3f} GiB，n = {int(ns[-1]):,} 需要 {gib[ns[-1]]:.0f} GiB——n 每翻一倍，内存变为四倍。attnkit 自己的报告也这样说："
+        f"reference 后端在 n = 256 时物化了 {data['reference_bytes_256']:,} 字节（公式给出 {data['formula_256']:,}）。分块（Flash 式）计算从不构造这个矩阵："
+        "它逐块遍历键，同时维护 softmax 的运行最大值和运行和，因此内存随 n 线性增长，被掩码遮住的块直接跳过。"
+        f"线性注意力改变的是数学本身：在 n = {data['linear_n']} 个随机 token 上，它的输出与精确 softmax 注意力相差 "
+        f"{100 * data['linear_rel_err']:.0f}%（相对范数）——成本是线性的，但答案不同。",
+    ) + "</p>"
+    html += table([tr(lang, "n", "n"), tr(lang, "dense scores, GiB (B=1, H=8, fp32)", "稠密分数矩阵 GiB（B=1，H=8，fp32）")],
+                  [[f"{int(n):,}", f"{g:.3f}"] for n, g in gib.items()])
+    if data.get("quick_png"):
+        html += figure(data["quick_png"], tr(lang, "quick benchmark", "快速基准测试"), lang)
+    html += so_what(lang, tr(
+        lang,
+        "Long inputs are expensive because of the n × n score matrix, not because of the arithmetic of one score. An exact "
+        "blockwise kernel removes the memory wall without changing the answer; linear attention removes the quadratic time too, "
+        "but computes a different function, so it is a modelling choice, not a free speed-up.",
+        "长输入之所以昂贵，是因为 n × n 的分数矩阵，而不是单个分数的计算量。精确的分块内核去掉了内存墙，答案不变；"
+        "线性注意力连二次方的时间也去掉了，但算的是另一个函数，所以它是建模上的选择，而不是免费的加速。"))
+    html += details(tr(lang, "What <code>auto</code> chose for nine typical calls, and why", "<code>auto</code> 为九种典型调用选了哪个后端，为什么"),
+                    _auto_table(data, lang))
+    if "quick_rows" in data:
+        html += details(tr(lang, "The quick benchmark, row by row", "快速基准测试的逐行数字"), _quick_table(data, lang))
+    if data.get("committed_headline"):
+        html += details(tr(lang, "The full comparison at 4k–16k tokens (committed results of <code>attnkit bench</code>)",
+                           "4k–16k 个 token 的完整对比（已提交的 <code>attnkit bench</code> 结果）"),
+                        headline_html(data["committed_headline"], lang) + _sweep_html(data, lang))
+    return html
+
+
+def _auto_table(data: dict, lang: str) -> str:
+    return table([tr(lang, "call (B=2, H=4, L=S=64, E=16)", "调用（B=2，H=4，L=S=64，E=16）"), tr(lang, "backend that ran", "实际运行的后端"),
+                  tr(lang, "why (attnkit's report)", "原因（attnkit 的报告）"), tr(lang, "dense bytes materialized", "物化的稠密字节数")],
+                 [[tr(lang, r["call"], CALLS_ZH.get(r["call"], r["call"])), r["ran"], reason(r["why"], lang), f"{r['bytes']:,}"]
+                  for r in data["auto"]])
+
+
+def _quick_table(data: dict, lang: str) -> str:
+    source = (tr(lang, "committed <code>attention_quick.json</code> of <code>attnkit bench --quick</code>",
+                 "已提交的 <code>attnkit bench --quick</code> 结果 <code>attention_quick.json</code>")
+              if data.get("quick_source") == "committed" else tr(lang, "measured now", "本次实测"))
+    html = "<p>" + tr(lang, f"Source: {source}. B=1, H=8, E=64, n=2,048, fp32, median of 3 runs, each in a fresh process. Columns: mask/bias of the call; "
+                            "backend measured; what auto chose for it; median time in ms; peak resident memory above the inputs in MiB; "
+                            "speed relative to SDPA given the dense mask a user would build (>1× = faster).",
+                      f"来源：{source}。B=1，H=8，E=64，n=2,048，fp32，3 次运行取中位数，每次在新进程中。列：调用的掩码/偏置；所测后端；auto 的选择；"
+                      "中位时间（毫秒）；超出输入的峰值常驻内存（MiB）；相对 SDPA（使用用户会构造的稠密掩码）的速度（>1× 表示更快）。") + "</p>"
+    return html + table([tr(lang, "mask/bias", "掩码/偏置"), tr(lang, "backend", "后端"), tr(lang, "chosen", "auto 的选择"),
+                         tr(lang, "median ms", "中位毫秒"), tr(lang, "peak MiB", "峰值 MiB"), tr(lang, "speed vs SDPA", "相对 SDPA 的速度")],
+                        data["quick_rows"])
+
+
+def _sweep_html(data: dict, lang: str) -> str:
+    sweep = data.get("committed_sweep")
+    if isinstance(sweep, dict):  # the numbers of the sweep, written in the page's language
+        return sweep_html(sweep, lang, png=sweep.get("png"))
+    return ""
+
+
+def _auto_table(data: dict, lang: str) -> str:
+    return table([tr(lang, "call (B=2, H=4, L=S=64, E=16)", "调用（B=2，H=4，L=S=64，E=16）"), tr(lang, "backend that ran", "实际运行的后端"),
+                  tr(lang, "why (attnkit's report)", "原因（attnkit 的报告）"), tr(lang, "dense bytes materialized", "物化的稠密字节数")],
+                 [[tr(lang, r["call"], CALLS_ZH.get(r["call"], r["call"])), r["ran"], reason(r["why"], lang), f"{r['bytes']:,}"]
+                  for r in data["auto"]])
+
+
+def _quick_table(data: dict, lang: str) -> str:
+    source = (tr(lang, "committed <code>attention_quick.json</code> of <code>attnkit bench --quick</code>",
+                 "已提交的 <code>attnkit bench --quick</code> 结果 <code>attention_quick.json</code>")
+              if data.get("quick_source") == "committed" else tr(lang, "measured now", "本次实测"))
+    html = "<p>" + tr(lang, f"Source: {source}. B=1, H=8, E=64, n=2,048, fp32, median of 3 runs, each in a fresh process. Columns: mask/bias of the call; "
+                            "backend measured; what auto chose for it; median time in ms; peak resident memory above the inputs in MiB; "
+                            "speed relative to SDPA given the dense mask a user would build (>1× = faster).",
+                      f"来源：{source}。B=1，H=8，E=64，n=2,048，fp32，3 次运行取中位数，每次在新进程中。列：调用的掩码/偏置；所测后端；auto 的选择；"
+                      "中位时间（毫秒）；超出输入的峰值常驻内存（MiB）；相对 SDPA（使用用户会构造的稠密掩码）的速度（>1× 表示更快）。") + "</p>"
+    return html + table([tr(lang, "mask/bias", "掩码/偏置"), tr(lang, "backend", "后端"), tr(lang, "chosen", "auto 的选择"),
+                         tr(lang, "median ms", "中位毫秒"), tr(lang, "peak MiB", "峰值 MiB"), tr(lang, "speed vs SDPA", "相对 SDPA 的速度")],
+                        data["quick_rows"])
+
+
+def _sweep_html(data: dict, lang: str) -> str:
+    whole = data.get("committed_sweep")
+    if isinstance(whole, dict):  # the numbers of the sweep, written in the page's language
+        return sweep_html(whole, lang, png=whole.get("png"))
+    return ""
