@@ -3,15 +3,17 @@
 A run saves each figure in English and, when a CJK font is installed, a Chinese copy in ``zh/``
 beside it (:func:`attnkit.page.figures.draw_both`). Runs drawn before that, or on a machine without
 the font, hold English figures only; the Chinese report page then shows the English figure with a
-note. This command writes the missing Chinese copies of every figure whose numbers the run's
-``results.json`` holds, with the experiment's own plot code::
+note. This command writes the missing Chinese copies of every figure whose numbers the run's folder
+holds — its ``results.json`` and, for the vision run's MHSA2d and ViT maps, the weights stored in its
+interactive viewers (``viewer_*.html``) — with the experiment's own plot code::
 
     python -m attnkit.experiments.redraw_zh                 # every run under results/
     python -m attnkit.experiments.redraw_zh --runs seq2seq/dates-full forecast/vic_elec-full
     python -m attnkit.experiments.redraw_zh --skip seq2seq/copy-quick
 
 It prints, per run, the files written and the English figures left without a Chinese copy (drawn
-from models or data that ``results.json`` does not hold: a new run of the experiment draws them).
+from models or data the run's folder does not hold, e.g. the vision run's channel and spatial gates,
+which need the trained models: a new run of the experiment draws them).
 The English files are left as they are unless ``--english`` is given: then they are drawn again too,
 by this version's plot code, so that both pages show the same figure (a run committed before a
 plot's style changed otherwise keeps its older English drawing).
@@ -28,7 +30,8 @@ from .lab.committed import committed_runs
 
 
 def _figure_lists() -> dict[str, Callable]:
-    """Experiment name -> ``run_figures(results) -> [(file name, draw(lang))]`` of its plots module."""
+    """Experiment name -> ``run_figures(results) -> [(file name, draw(lang))]`` of its plots module
+    (``results``: the run's :class:`Results`, whose ``run_dir`` is the run's folder)."""
     from .forecast.plots import run_figures as forecast
     from .seq2seq.plots import run_figures as seq2seq
     from .vision.plots import run_figures as vision
@@ -89,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         written, left = redraw_run(experiment, run, english=args.english)
         print(f"{key}: {len(written)} figure(s) written" + "".join(f"\n  + {p.as_posix()}" for p in written), flush=True)
         if left:
-            print("  left in English (not drawn from results.json): " + ", ".join(p.as_posix() for p in left))
+            print("  left in English (the run's folder holds no data to draw them from): " + ", ".join(p.as_posix() for p in left))
     return 0
 
 

@@ -10,7 +10,8 @@ matplotlib is optional (``pip install attnkit[viz]``) and imported only when a p
 made. Figures are built on matplotlib's Agg canvas directly, without pyplot, so the
 global backend and pyplot's figure list are left alone: nothing leaks, and no display is
 needed. Every function returns the ``matplotlib.figure.Figure`` and, given ``path``,
-also writes a PNG there (parent folders created).
+also writes a PNG there (parent folders created). A keyword-only ``lang`` ("en", the default, or
+"zh") sets the language of the words the figure prints (:mod:`attnkit.inspect.figure_text`).
 
 Shape legend:
     H: heads    L: queries    S: keys    h, w: patch grid rows and columns
@@ -27,6 +28,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from attnkit.inspect.figure_text import in_language, label_name, metric_name, word
 from attnkit.inspect.layer_list import as_layer_list
 
 __all__ = ["plot_head", "plot_heads_grid", "plot_diagnostics", "plot_patch_map"]
@@ -112,20 +114,7 @@ def _one_sequence(layer, index: int, name: str) -> np.ndarray:
     return a
 
 
-_WORDS = {  # the few words these figures print, per language ("en" or "zh")
-    "en": {"key": "key", "query": "query", "weight": "attention weight", "head": "head {}", "layer": "layer {}",
-           "shared": "attention weight (all heads, one scale)"},
-    "zh": {"key": "键", "query": "查询", "weight": "注意力权重", "head": "第 {} 个头", "layer": "第 {} 层",
-           "shared": "注意力权重（所有头共用一个刻度）"},
-}
-
-
-def _word(lang: str, key: str) -> str:
-    if lang not in _WORDS:
-        raise ValueError(f"lang must be one of {', '.join(_WORDS)}, got {lang!r}")
-    return _WORDS[lang][key]
-
-
+@in_language
 def plot_head(
     weights,
     tokens: Sequence[str] | None = None,
@@ -149,10 +138,9 @@ def plot_head(
         cmap: matplotlib colormap name.
         vmax: top of the colour scale; None for the largest weight.
         path: write a PNG here.
-        lang: the language of the axis words ("en" or "zh"; Chinese needs a CJK font, see
-            :func:`attnkit.page.figures.language`).
+        lang: the language of the axis words ("en" or "zh"; Chinese is drawn in a CJK font, see
+            :func:`attnkit.inspect.figure_text.drawing_in`).
     """
-    _word(lang, "key")
     w = _array(weights, "weights", (2,), "(L, S) for one head; select one with weights[b, h]")
     L, S = w.shape
     q_labels = _labels(tokens, L, "tokens", "queries (L)")
@@ -172,16 +160,17 @@ def plot_head(
     fontsize = 8 if max(L, S) <= 30 else 6
     _set_ticks(ax, "x", k_labels, S, fontsize)
     _set_ticks(ax, "y", q_labels, L, fontsize)
-    ax.set_xlabel(_word(lang, "key"))
-    ax.set_ylabel(_word(lang, "query"))
+    ax.set_xlabel(word(lang, "key"))
+    ax.set_ylabel(word(lang, "query"))
     ax.xaxis.set_label_position("top")
     ax.xaxis.tick_top()
-    fig.colorbar(im, ax=ax, label=_word(lang, "weight"), shrink=0.8)
+    fig.colorbar(im, ax=ax, label=word(lang, "weight"), shrink=0.8)
     if title:
         fig.suptitle(title)
     return _finish(fig, path, dpi)
 
 
+@in_language
 def plot_heads_grid(
     attentions,
     tokens: Sequence[str] | None = None,
@@ -208,7 +197,6 @@ def plot_heads_grid(
         path: write a PNG here.
         lang: the language of the labels ("en" or "zh").
     """
-    _word(lang, "head")
     # capture(...).attentions knows each entry's real layer index; the row labels show it
     real = getattr(attentions, "layers", None)
     attentions = as_layer_list(attentions)
@@ -249,18 +237,19 @@ def plot_heads_grid(
             ax.set_xticks([])
             ax.set_yticks([])
             if r == 0:
-                ax.set_title(_word(lang, "head").format(hi), fontsize=8)
+                ax.set_title(word(lang, "head").format(hi), fontsize=8)
             if c == 0:
-                ax.set_ylabel(_word(lang, "layer").format(real[li]), fontsize=8)
+                ax.set_ylabel(word(lang, "layer").format(real[li]), fontsize=8)
                 if show_labels:
                     ax.set_yticks(range(L), labels, fontsize=5)
             if r == rows - 1 and show_labels:
                 ax.set_xticks(range(S), labels, fontsize=5, rotation=90)
     if im is not None:
-        fig.colorbar(im, ax=axes, shrink=0.6, pad=0.01, label=_word(lang, "shared"))
+        fig.colorbar(im, ax=axes, shrink=0.6, pad=0.01, label=word(lang, "shared"))
     return _finish(fig, path, dpi)
 
 
+@in_language
 def plot_diagnostics(
     summary,
     *,
@@ -268,12 +257,14 @@ def plot_diagnostics(
     cmap: str = "viridis",
     path: str | Path | None = None,
     dpi: int = 120,
+    lang: str = "en",
 ):
     """Per-head diagnostics of a :class:`~attnkit.inspect.metrics.HeadSummary`.
 
     Left: ``metric`` (e.g. normalised entropy) as a layers x heads image, each cell
     marked with its label's letter (D dead, U uniform, P previous, N next, S self,
-    C content). Right: how many heads got each label.
+    C content). Right: how many heads got each label. ``lang``: the language of the
+    titles, axes and label names ("en" or "zh"; the letters stay the same).
     """
     from attnkit.inspect.metrics import HEAD_LABELS, HeadSummary  # noqa: PLC0415 -- keep plots importable alone
 
@@ -297,17 +288,17 @@ def plot_diagnostics(
                 fontsize=8, color="black" if bright else "white")
     ax.set_xticks(range(n_heads))
     ax.set_yticks(range(n_layers), [str(layer) for layer in summary.layers])
-    ax.set_xlabel("head")
-    ax.set_ylabel("layer")
-    ax.set_title(metric.replace("_", " "))
-    fig.colorbar(im, ax=ax, shrink=0.8)
+    ax.set_xlabel(word(lang, "head_axis"))
+    ax.set_ylabel(word(lang, "layer_axis"))
+    ax.set_title(metric_name(lang, metric))
+    fig.colorbar(im, ax=ax, shrink=0.8, label=word(lang, "entropy_scale") if metric == "entropy" else None)
     counts = summary.counts()
     names = list(HEAD_LABELS)
     bar.barh(range(len(names)), [counts[n] for n in names], color="#4477aa")
-    bar.set_yticks(range(len(names)), [f"{LABEL_CODES[n]}  {n}" for n in names], fontsize=8)
+    bar.set_yticks(range(len(names)), [f"{LABEL_CODES[n]}  {label_name(lang, n)}" for n in names], fontsize=8)
     bar.invert_yaxis()
-    bar.set_xlabel("heads")
-    bar.set_title("labels")
+    bar.set_xlabel(word(lang, "heads_count"))
+    bar.set_title(word(lang, "labels"))
     return _finish(fig, path, dpi)
 
 
@@ -324,6 +315,7 @@ def _image(image, name: str = "image") -> np.ndarray:
     return img
 
 
+@in_language
 def plot_patch_map(
     weights,
     grid: tuple[int, int],
@@ -336,6 +328,7 @@ def plot_patch_map(
     title: str | None = None,
     path: str | Path | None = None,
     dpi: int = 120,
+    lang: str = "en",
 ):
     """One query's attention over an h x w patch grid, optionally over the image.
 
@@ -350,6 +343,7 @@ def plot_patch_map(
         image: optional (H, W), (H, W, 3|4) or (3|4, H, W) image (uint8, or float in [0, 1])
             stretched under the grid.
         alpha: opacity of the heat grid over the image.
+        lang: the language of the colour bar and the title's additions ("en" or "zh").
     """
     w = _array(weights, "weights", (1, 2), "(S,) for one query or (L, S) with query=")
     if (
@@ -394,12 +388,12 @@ def plot_patch_map(
     ax.set_ylim(h, 0)
     ax.set_xticks([])
     ax.set_yticks([])
-    fig.colorbar(im, ax=ax, shrink=0.8, label="attention weight")
+    fig.colorbar(im, ax=ax, shrink=0.8, label=word(lang, "weight"))
     parts = [title] if title else []
     if query is not None:
-        parts.append(f"query {query}")
+        parts.append(word(lang, "query_n").format(query))
     if num_prefix_tokens:
-        parts.append(f"prefix mass {float(w[:num_prefix_tokens].sum()):.3f}")
+        parts.append(word(lang, "prefix_mass").format(float(w[:num_prefix_tokens].sum())))
     if parts:
         ax.set_title(" | ".join(parts), fontsize=9)
     return _finish(fig, path, dpi)

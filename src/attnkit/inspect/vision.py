@@ -12,6 +12,10 @@
   (:func:`plot_pixel_attention`) and a ViT's per-head class-token maps beside the rollout
   (:func:`plot_vit_attention`).
 
+Every plot takes a keyword-only ``lang``: ``"en"`` (default) or ``"zh"`` for its axis words, colour
+bars and panel titles in Chinese (drawn in a CJK font, :mod:`attnkit.inspect.figure_text`); a
+``title`` passed in is printed as given.
+
 Shape legend: B batch, C channels, H×W feature map or patch grid, N = H·W, heads attention heads,
 T = prefix + N tokens.
 """
@@ -27,6 +31,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from .figure_text import in_language, word
 from .plots import _figure, _finish, _image
 from .rollout import attention_rollout
 
@@ -90,7 +95,9 @@ def draw_heat(ax, heat, image=None, *, alpha: float = 0.55, cmap: str = "inferno
     return im
 
 
-def plot_channel_gates(gates, *, labels: list[str] | None = None, title: str | None = None, path: str | Path | None = None, dpi: int = 120):
+@in_language
+def plot_channel_gates(gates, *, labels: list[str] | None = None, title: str | None = None, path: str | Path | None = None, dpi: int = 120,
+                       lang: str = "en"):
     """Bar plot of channel gates: (C,) for one image, or (K, C) for K images/classes side by side
     (``labels`` names the rows)."""
     g = np.asarray(gates.detach().cpu() if isinstance(gates, Tensor) else gates, dtype=np.float64)
@@ -109,8 +116,8 @@ def plot_channel_gates(gates, *, labels: list[str] | None = None, title: str | N
         ax.bar(x + (i - (K - 1) / 2) * width, g[i], width=width, label=labels[i] if labels else None)
     ax.set_xlim(-0.6, C - 0.4)
     ax.set_ylim(0, 1)
-    ax.set_xlabel("channel")
-    ax.set_ylabel("gate (sigmoid)")
+    ax.set_xlabel(word(lang, "channel"))
+    ax.set_ylabel(word(lang, "gate"))
     if labels:
         ax.legend(fontsize=7, ncol=min(K, 5))
     if title:
@@ -118,12 +125,13 @@ def plot_channel_gates(gates, *, labels: list[str] | None = None, title: str | N
     return _finish(fig, path, dpi)
 
 
-def plot_spatial_gate(gate, image=None, *, title: str | None = None, path: str | Path | None = None, dpi: int = 120):
+@in_language
+def plot_spatial_gate(gate, image=None, *, title: str | None = None, path: str | Path | None = None, dpi: int = 120, lang: str = "en"):
     """A CBAM spatial map (h, w) in [0, 1] over the image."""
     fig = _figure(3.4, 3.0)
     ax = fig.add_subplot()
     im = draw_heat(ax, gate, image, vmax=1.0)
-    fig.colorbar(im, ax=ax, shrink=0.8, label="spatial gate")
+    fig.colorbar(im, ax=ax, shrink=0.8, label=word(lang, "spatial_gate"))
     if title:
         ax.set_title(title, fontsize=9)
     return _finish(fig, path, dpi)
@@ -139,8 +147,9 @@ def _pixel_index(pixel, grid: tuple[int, int]) -> int:
     return r * w + c
 
 
+@in_language
 def plot_pixel_attention(weights, grid: tuple[int, int], pixel: tuple[int, int], image=None, *, title: str | None = None,
-                         path: str | Path | None = None, dpi: int = 120):
+                         path: str | Path | None = None, dpi: int = 120, lang: str = "en"):
     """MHSA2d: where one query pixel looks. ``weights`` (heads, N, N) of one image (from
     :func:`attnkit.inspect.capture`), N = h·w; one panel per head, the query pixel outlined."""
     w = weights.detach().cpu().double() if isinstance(weights, Tensor) else torch.as_tensor(weights, dtype=torch.float64)
@@ -158,16 +167,17 @@ def plot_pixel_attention(weights, grid: tuple[int, int], pixel: tuple[int, int],
         ax = fig.add_subplot(1, heads, i + 1)
         im = draw_heat(ax, w[i, q].reshape(h, wd), image, vmax=top)
         ax.add_patch(Rectangle((pixel[1], pixel[0]), 1, 1, fill=False, edgecolor="cyan", linewidth=1.5))
-        ax.set_title(f"head {i}", fontsize=8)
+        ax.set_title(word(lang, "head").format(i), fontsize=8)
         axes.append(ax)
-    fig.colorbar(im, ax=axes, shrink=0.85, label=f"weight (uniform 1/{h * wd} = {1 / (h * wd):.3f})")
+    fig.colorbar(im, ax=axes, shrink=0.85, label=word(lang, "pixel_weight").format(n=h * wd, u=1 / (h * wd)))
     if title:
         fig.suptitle(title, fontsize=9)
     return _finish(fig, path, dpi)
 
 
+@in_language
 def plot_vit_attention(attentions, grid: tuple[int, int], image=None, *, index: int = 0, num_prefix_tokens: int = 1,
-                       title: str | None = None, path: str | Path | None = None, dpi: int = 120):
+                       title: str | None = None, path: str | Path | None = None, dpi: int = 120, lang: str = "en"):
     """ViT: the class token's attention over the patches in each head of the last layer, and the
     attention rollout (Abnar & Zuidema 2020) of the class token over all layers."""
     if not attentions:
@@ -184,13 +194,13 @@ def plot_vit_attention(attentions, grid: tuple[int, int], image=None, *, index: 
     for i in range(heads):
         ax = fig.add_subplot(1, heads + 1, i + 1)
         im = draw_heat(ax, last[i, 0, num_prefix_tokens:].reshape(h, wd), image, vmax=top)
-        ax.set_title(f"last layer, head {i}", fontsize=7)
+        ax.set_title(word(lang, "last_head").format(i), fontsize=7)
         axes.append(ax)
-    fig.colorbar(im, ax=axes, shrink=0.85, label="class-token weight")
+    fig.colorbar(im, ax=axes, shrink=0.85, label=word(lang, "cls_weight"))
     ax = fig.add_subplot(1, heads + 1, heads + 1)
     im = draw_heat(ax, roll[0, num_prefix_tokens:].reshape(h, wd), image)
-    ax.set_title("rollout (all layers)", fontsize=7)
-    fig.colorbar(im, ax=ax, shrink=0.85, label="rollout")
+    ax.set_title(word(lang, "rollout_title"), fontsize=7)
+    fig.colorbar(im, ax=ax, shrink=0.85, label=word(lang, "rollout"))
     if title:
         fig.suptitle(title, fontsize=9)
     return _finish(fig, path, dpi)

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from ...page.figures import cjk_font, language, zh_path
+from ...page.figures import cjk_font, draw_both, language, zh_path
 
 DEFAULT_TEXT = "The animal didn't cross the street because it was too tired."
 SPECIAL_TOKENS = ("[CLS]", "[SEP]", "[PAD]")
@@ -170,20 +170,22 @@ def run_viz(
 
 
 def _draw_maps(attentions: list, summary, tokens: list[str], out: Path, dpi: int, per_layer: bool) -> dict:
-    """The layer × head grid (and its Chinese copy in ``zh/`` when a CJK font is found), one grid per
-    layer (``per_layer``) and the diagnostics chart, under ``out``; returns {name: path}."""
+    """The layer × head grid and the diagnostics chart (each with its Chinese copy in ``zh/`` when a
+    CJK font is found, see :func:`attnkit.page.figures.draw_both`) and one grid per layer
+    (``per_layer``, English only: the report does not show them), under ``out``; returns {name: path}."""
     from ...inspect import plots
 
-    files = {"heads_grid": out / "heads_grid.png"}
-    plots.plot_heads_grid(attentions, tokens, path=files["heads_grid"], dpi=dpi)
-    if cjk_font() is not None:  # the Chinese page's copy, in zh/ beside the English one (see attnkit.page.figures)
-        with language("zh"):
-            plots.plot_heads_grid(attentions, tokens, path=zh_path(files["heads_grid"]), dpi=dpi, lang="zh")
+    def save(fig, path: Path) -> Path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, format="png", dpi=dpi)
+        return path
+
+    files = {"heads_grid": out / "heads_grid.png", "diagnostics_png": out / "diagnostics.png"}
+    draw_both(save, files["heads_grid"], lambda lang: plots.plot_heads_grid(attentions, tokens, lang=lang))
     for i, w in enumerate(attentions if per_layer else []):
         files[f"layer_{i}"] = out / f"layer_{i}.png"
         plots.plot_heads_grid([w], tokens, cell_size=2.4, path=files[f"layer_{i}"], dpi=dpi)
-    files["diagnostics_png"] = out / "diagnostics.png"
-    plots.plot_diagnostics(summary, path=files["diagnostics_png"], dpi=dpi)
+    draw_both(save, files["diagnostics_png"], lambda lang: plots.plot_diagnostics(summary, lang=lang))
     return files
 
 

@@ -9,8 +9,8 @@ the run's test images.
 * :func:`verdicts` — per attention model, the accuracy difference to the plain ResNet and whether
   it exceeds the seed spread ``sqrt(std_a² + std_b²)``: "helped", "hurt" or "no clear difference"
   ("one seed" when either model ran one seed: there is no spread to judge by).
-* :func:`make_figures` — the run's figures, each saved in English and, in ``zh/``, Chinese (class
-  names too: :func:`class_name`);
+* :func:`make_figures` — the run's figures, each saved in English and, in ``zh/``, Chinese (the maps
+  over images are drawn by :mod:`.map_figures`, re-exported here);
   :func:`run_figures` — the ones a finished run can be drawn again from (``results.json`` and the
   viewers' weights), by ``python -m attnkit.experiments.redraw_zh``;
 * the prose, tables and published numbers of the report section live in :mod:`.section`
@@ -26,18 +26,10 @@ import math
 import torch
 import torch.nn.functional as F
 
+from .map_figures import class_name, pixel_attention_figure, spatial_gate_figure, vit_attention_figure  # noqa: F401 (re-exported)
 from .section import DATA_NAMES, LABELS, PAPERS, PUBLISHED, PUBLISHED_SOURCE, reading_sentences, section  # noqa: F401 (re-exported)
 
 OBJECT_THRESHOLD = 0.1  # raw pixel value above which a Fashion-MNIST pixel belongs to the garment
-CLASS_ZH = {"T-shirt/top": "T 恤/上衣", "Trouser": "裤子", "Pullover": "套头衫", "Dress": "连衣裙", "Coat": "外套",
-            "Sandal": "凉鞋", "Shirt": "衬衫", "Sneaker": "运动鞋", "Bag": "包", "Ankle boot": "短靴"}  # Fashion-MNIST's classes
-
-
-def class_name(name, lang: str = "en") -> str:
-    """A class's name in the figures of ``lang`` (digits and unknown names as they are)."""
-    return CLASS_ZH.get(str(name), str(name)) if lang == "zh" else str(name)
-
-
 def verdicts(models: dict) -> dict:
     """Accuracy difference of each model to ``resnet`` and whether it exceeds the seed spread."""
     if "resnet" not in models:
@@ -208,46 +200,6 @@ def run_figures(results) -> list[tuple[str, object]]:
     out = [("accuracy_vs_cost.png", lambda lang: accuracy_cost_figure(results["models"], lang))] if results.get("models") else []
     run_dir = getattr(results, "run_dir", None)
     return out + (viewer_figures(run_dir) if run_dir is not None else [])
-
-
-def spatial_gate_figure(gates: torch.Tensor, images: torch.Tensor, titles: list[str], lang: str = "en"):
-    """CBAM's spatial gate (n, h, w) over each image (n, H, W), one panel per image titled by its class."""
-    from ...inspect.plots import _figure
-    from ...inspect.vision import draw_heat
-    from ...page.figures import pick
-
-    fig = _figure(10.0, 2.9)
-    axes = []
-    for j in range(len(titles)):
-        ax = fig.add_subplot(1, len(titles), j + 1)
-        im = draw_heat(ax, gates[j], images[j], vmax=1.0)
-        ax.set_title(str(titles[j]), fontsize=8)
-        axes.append(ax)
-    fig.colorbar(im, ax=axes, shrink=0.85,
-                 label=pick(lang, "gate (0 = pixel suppressed, 1 = kept)", "门控（0 = 抑制像素，1 = 保留）"))
-    fig.suptitle(pick(lang, "CBAM first-stage spatial gate over the image (bright = kept)",
-                      "CBAM 第一阶段在图像上的空间门控（亮 = 保留）"), fontsize=9)
-    return fig
-
-
-def pixel_attention_figure(weights: torch.Tensor, side: int, image: torch.Tensor, label, lang: str = "en"):
-    """MHSA2d's last-stage weights (heads, N, N) of one image, N = side²: where the centre pixel looks."""
-    from ...inspect.vision import plot_pixel_attention
-    from ...page.figures import pick
-
-    title = pick(lang, f"MHSA2d after the last stage: where the centre pixel of the {side}x{side} map looks ({class_name(label)})",
-                 f"最后一个阶段之后的 MHSA2d：{side}x{side} 特征图的中心像素在看哪里（{class_name(label, lang)}）")
-    return plot_pixel_attention(weights, (side, side), (side // 2, side // 2), image, title=title, lang=lang)
-
-
-def vit_attention_figure(attentions: list, grid: tuple[int, int], image: torch.Tensor, label, lang: str = "en"):
-    """The ViT's per-layer weights (1, heads, T, T) of one image: the class token's maps and rollout."""
-    from ...inspect.vision import plot_vit_attention
-    from ...page.figures import pick
-
-    title = pick(lang, f"ViT: class-token attention per head and rollout ({class_name(label)})",
-                 f"ViT：每个头的类别 token 注意力与 rollout（{class_name(label, lang)}）")
-    return plot_vit_attention(attentions, grid, image, title=title, lang=lang)
 
 
 @torch.no_grad()
