@@ -8,19 +8,27 @@ captures its ids, ALiBi and a softcap score_mod.
 
 Speed (B=1, H=8, E=64): per case, ``flex`` (``attnkit.attention(..., backend="flex")``: compiled
 FlexAttention built from attnkit's mask and bias), ``sdpa`` (``F.scaled_dot_product_attention`` with
-the dense mask or bias built once outside the timing, or ``is_causal``) and ``auto`` (what
-``attnkit.attention`` picks without flex enabled). Warm-up calls first (FlexAttention's first call
-compiles: ``first_call_ms``), then the median of ``--reps`` calls timed with CUDA events;
-``speedup_vs_sdpa`` = median(sdpa) / median(impl).
+the dense mask or bias built once outside the timing, or ``is_causal``), ``attnkit_sdpa``
+(``backend="sdpa"``: attnkit's SDPA route, which builds the mask or bias per call, in float32 for
+a bias), ``auto`` (what ``attnkit.attention`` picks without flex registered) and ``auto_with_flex``
+(what it picks with flex registered, as on a CUDA machine by default). Warm-up calls first
+(FlexAttention's first call compiles: ``first_call_ms``), then the median of ``--reps`` calls timed
+with CUDA events (``timing.py``); ``speedup_vs_sdpa`` = median(sdpa) / median(impl).
 
     PYTHONPATH=src python benchmarks/flex_cuda.py [--quick] [--reps 10]   # → benchmarks/results/flex_cuda.json
+
+Without a GPU it runs on the CPU (forward only, flex compiled for CPU inference): with ``--quick``,
+n = 2048 / 1024, ``--out benchmarks/results/flex_cpu_quick.json`` is the CPU check of ``auto``'s
+choice with flex registered.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -30,6 +38,9 @@ import torch.nn.functional as F
 import attnkit
 from attnkit import biases, masks
 from attnkit.backends import flex
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script: its sibling helpers
+from timing import first_call, time_calls  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -81,25 +92,9 @@ def parity(dev, dtypes, backward: bool) -> list[dict]:
 
 
 def _time(fn, reps: int, dev) -> tuple[float, float, list[float]]:
-    t0 = time.perf_counter()
-    fn()
-    if dev.type == "cuda":
-        torch.cuda.synchronize()
-    first = (time.perf_counter() - t0) * 1e3
-    fn()
-    times = []
-    for _ in range(reps):
-        if dev.type == "cuda":
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            fn()
-            b.record()
-            torch.cuda.synchronize()
-            times.append(a.elapsed_time(b))
-        else:
-            t = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - t) * 1e3)
+    first, _ = first_call(fn, dev)
+    fn()  # a second warm-up
+    times = time_calls(fn, reps, dev)
     return statistics.median(times), first, times
 
 
@@ -142,12 +137,15 @@ def speed(dev, quick: bool, reps: int) -> list[dict]:
         impls = {
             "sdpa": step(lambda: F.scaled_dot_product_attention(q, k, v, **sdpa_kw)),
             "flex": step(lambda: attnkit.attention(q, k, v, mask=mask, bias=bias_dev, backend="flex").out),
+            "attnkit_sdpa": step(lambda: attnkit.attention(q, k, v, mask=mask, bias=bias_dev, backend="sdpa").out),
             "auto": step(lambda: attnkit.attention(q, k, v, mask=mask, bias=bias_dev).out),
+            "auto_with_flex": step(lambda: attnkit.attention(q, k, v, mask=mask, bias=bias_dev).out),
         }
         with torch.set_grad_enabled(mode == "fwdbwd"):
             flex.disable()
-            auto_choice = attnkit.attention(q, k, v, mask=mask, bias=bias_dev).report.backend
+            auto_choice = attnkit.attention(q, k, v, mask=mask, bias=bias_dev).report
             flex.enable()
+            with_flex = attnkit.attention(q, k, v, mask=mask, bias=bias_dev).report
             res = {}
             for impl, fn in impls.items():
                 if impl == "auto":
@@ -155,11 +153,14 @@ def speed(dev, quick: bool, reps: int) -> list[dict]:
                 med, first, times = _time(fn, reps, dev)
                 flex.enable()
                 res[impl] = {"median_ms": med, "first_call_ms": first, "times_ms": times}
-        row = {"case": name, "n": n, "dtype": str(dt).replace("torch.", ""), "mode": mode, "auto_without_flex": auto_choice}
+        row = {"case": name, "n": n, "dtype": str(dt).replace("torch.", ""), "mode": mode,
+               "auto_without_flex": auto_choice.backend, "auto_with_flex_choice": with_flex.backend,
+               "auto_with_flex_reason": with_flex.reason}
         for impl, r in res.items():
             row[impl] = {**r, "speedup_vs_sdpa": res["sdpa"]["median_ms"] / r["median_ms"]}
         rows.append(row)
-        print(name, {impl: round(r["median_ms"], 3) for impl, r in res.items()}, "auto:", auto_choice)
+        print(name, {impl: round(r["median_ms"], 3) for impl, r in res.items()}, "auto:", auto_choice.backend,
+              "with flex:", with_flex.backend)
         del sdpa_kw
     return rows
 
@@ -185,6 +186,7 @@ def main() -> None:
     a.out.write_text(json.dumps(res, indent=1))
     res["speed"] = speed(dev, a.quick, a.reps)
     res["seconds"] = time.perf_counter() - t0
+    res["loadavg_1min"] = os.getloadavg()[0]  # a shared machine: how busy it was
     a.out.write_text(json.dumps(res, indent=1))
     print(f"wrote {a.out} in {res['seconds']:.0f} s")
 

@@ -14,7 +14,8 @@ implementation:
 
 Implementations: ``sdpa_mask`` (dense bool mask or float bias), ``sdpa_causal`` (``is_causal``,
 causal cases with L == S), ``flex`` (``torch.compile(flex_attention)`` with ``create_block_mask``
-and, for ALiBi, a ``score_mod``), ``attnkit_auto`` and ``attnkit_blockwise``.
+and, for ALiBi, a ``score_mod``), ``attnkit_auto`` (its choice among the registered backends,
+attnkit's ``flex`` included on a CUDA machine) and ``attnkit_blockwise``. Timer: ``timing.py``.
 
 Run:  PYTHONPATH=src python benchmarks/gpu_race.py [--quick] [--reps 10] [--out PATH] [--budget-s 420]
 Saves benchmarks/results/gpu_race.json by default, row by row, so a run cut short keeps its rows.
@@ -26,11 +27,15 @@ import argparse
 import json
 import math
 import statistics
+import sys
 import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script: its sibling helpers
+from timing import first_call, time_calls  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 B, H, E = 1, 8, 64
@@ -131,18 +136,6 @@ def _dense(kind, L, S, dtype, device):
     return values.masked_fill(~allowed, float("-inf"))
 
 
-def _time(fn, reps: int) -> list[float]:
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return times
-
-
 def run_case(case: str, reps: int, quick: bool, device) -> list[dict]:
     kind, L, S, dt, mode, impls = CASES[case]
     if quick:
@@ -170,16 +163,11 @@ def run_case(case: str, reps: int, quick: bool, device) -> list[dict]:
                         t.grad = None
                 return out
 
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
             with torch.no_grad() if mode == "fwd" else torch.enable_grad():
-                out = call()
-                torch.cuda.synchronize()
-                row["first_call_ms"] = (time.perf_counter() - t0) * 1e3
+                row["first_call_ms"], out = first_call(call, device)
                 row["max_abs_err_vs_fp32_sdpa"] = float((out.float() - want).abs().nan_to_num(math.inf).max())
                 call()  # second warm-up
-                torch.cuda.synchronize()
-                times = _time(call, reps)
+                times = time_calls(call, reps, device)
                 torch.cuda.reset_peak_memory_stats()
                 before = torch.cuda.memory_allocated()
                 call()

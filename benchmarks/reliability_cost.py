@@ -41,9 +41,11 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import time
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -61,6 +63,20 @@ def _runs_for(n: int, runs: int) -> int:
     return max(3, runs if n <= 1024 else runs // 4 if n <= 4096 else 3)
 
 
+def interleaved_medians(variants: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
+    """Median seconds of each variant over ``repeats`` rounds after one warm-up call each; a round
+    calls every variant once in turn, so load drift on a shared machine hits all alike."""
+    for f in variants.values():
+        f()
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(repeats):
+        for name, f in variants.items():
+            t0 = time.perf_counter()
+            f()
+            times[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
 def measure(n: int, runs: int) -> dict:
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(B, H, n, E, generator=g) for _ in range(3))
@@ -74,15 +90,7 @@ def measure(n: int, runs: int) -> dict:
         "strided_sdpa_s": lambda: attnkit.attention(qt, kt, vt, backend="sdpa"),
     }
     with torch.no_grad():
-        for f in variants.values():  # warm-up
-            f()
-        times: dict[str, list[float]] = {name: [] for name in variants}
-        for _ in range(_runs_for(n, runs)):
-            for name, f in variants.items():
-                t0 = time.perf_counter()
-                f()
-                times[name].append(time.perf_counter() - t0)
-    row = {"n": n, "runs": _runs_for(n, runs), **{name: statistics.median(t) for name, t in times.items()}}
+        row = {"n": n, "runs": _runs_for(n, runs), **interleaved_medians(variants, _runs_for(n, runs))}
     row["check_over_sdpa"] = row["check_s"] / row["sdpa_s"]
     row["copy_over_sdpa"] = row["copy_s"] / row["sdpa_s"]
     row["strided_over_contiguous"] = row["strided_sdpa_s"] / row["sdpa_s"]
@@ -110,19 +118,11 @@ def measure_backward(n: int, runs: int) -> dict:
     default = sdpa_flash.LSE_EXACT_ABOVE
     variants = {"ordinary_s": step(1.0, True), "large_s": step(30.0, True), "large_fused_s": step(30.0, False)}
     try:
-        for f in variants.values():  # warm-up
-            f()
-        times: dict[str, list[float]] = {name: [] for name in variants}
-        for _ in range(_runs_for(n, runs)):
-            for name, f in variants.items():
-                t0 = time.perf_counter()
-                f()
-                times[name].append(time.perf_counter() - t0)
+        row = {"n": n, "runs": _runs_for(n, runs), **interleaved_medians(variants, _runs_for(n, runs))}
     finally:
         sdpa_flash.LSE_EXACT_ABOVE = default
     with torch.no_grad():
         lse = {s: float(attnkit.attention(q * s, k, v, backend="sdpa").lse.abs().max()) for s in (1.0, 30.0)}
-    row = {"n": n, "runs": _runs_for(n, runs), **{name: statistics.median(t) for name, t in times.items()}}
     row["max_abs_lse_ordinary"], row["max_abs_lse_large"] = lse[1.0], lse[30.0]
     row["rerun_over_fused"] = row["large_s"] / row["large_fused_s"]
     row["rerun_over_ordinary"] = row["large_s"] / row["ordinary_s"]
@@ -178,6 +178,7 @@ def main_backward(args) -> None:
         "dtype": "float32", "threads": torch.get_num_threads(), "torch": torch.__version__,
         "lse_exact_above": sdpa_flash.LSE_EXACT_ABOVE,
         "statistic": "median of interleaved repeats",
+        "loadavg_1min": os.getloadavg()[0],
         "rows": rows,
     }
     if args.accuracy:
@@ -216,6 +217,7 @@ def main() -> None:
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
         "statistic": "median of interleaved repeats",
+        "loadavg_1min": os.getloadavg()[0],
         "rows": rows,
         "check_exponent": _slope(ns, [r["check_s"] for r in rows]),
         "copy_exponent": _slope(ns, [r["copy_s"] for r in rows]),

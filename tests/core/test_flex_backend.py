@@ -1,13 +1,19 @@
-"""The optional ``flex`` backend: what it declines and why, that ``auto`` does not pick it on CPU, the
-BlockMask it builds from attnkit's tile states, and (``ATTNKIT_FLEX_COMPILE=1``: one CPU compile of
-about ten seconds) its compiled output against the float64 reference.
+"""The optional ``flex`` backend: where it is registered, what it declines and why, that ``auto`` does
+pick it on CPU only where measured faster (its estimate against the committed CPU race,
+``benchmarks/results/flex_race.json``, and ``flex_cpu_quick.json``), never for CPU training, that eager
+calls load no compiler, the BlockMask it builds from attnkit's tile states, and
+(``ATTNKIT_FLEX_COMPILE=1``: one CPU compile of about ten seconds) its compiled output against the
+float64 reference. Its CUDA estimate is checked in ``test_cost_device.py``.
 
 Shape legend: B batch, H heads, L queries, S keys, E head dim.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -17,17 +23,26 @@ from attnkit import biases as Bi
 from attnkit import masks as M
 from attnkit import scores as Sc
 from attnkit.backends import flex
-from attnkit.core import registry
+from attnkit.core import cost, registry
 from attnkit.core.call import make_call
+from _flex_cases import RESULTS, case_call, rank_backends, speed_rows
 
 flex_mod = pytest.importorskip("torch.nn.attention.flex_attention")
+FLEX_RACE = RESULTS / "flex_race.json"
+
+
+def _registered() -> bool:
+    return "flex" in {b.name for b in attnkit.available_backends()}
 
 
 @pytest.fixture
 def enabled():
+    """flex registered for the test, the registry as it was afterwards."""
+    was = _registered()
     flex.enable()
     yield
-    flex.disable()
+    if not was:
+        flex.disable()
 
 
 def _qkv(L=64, requires_grad=False, dtype=torch.float32, device="cpu"):
@@ -36,14 +51,17 @@ def _qkv(L=64, requires_grad=False, dtype=torch.float32, device="cpu"):
     return [t.to(device).requires_grad_(requires_grad) for t in ts]
 
 
-def test_not_registered_until_enabled():
-    assert "flex" not in {b.name for b in attnkit.available_backends()}
+def test_registered_by_default_only_where_a_cuda_device_is():
+    assert flex.default_enabled() == torch.cuda.is_available()
+    assert _registered() == flex.default_enabled()
+
+
+def test_enable_and_disable(enabled):
+    assert registry.get("flex").priority < min(b.priority for b in attnkit.available_backends() if b.exact and b.name != "flex")
+    flex.disable()
+    assert not _registered()
     flex.enable()
-    try:
-        assert registry.get("flex").priority < min(b.priority for b in attnkit.available_backends() if b.exact and b.name != "flex")
-    finally:
-        flex.disable()
-    assert "flex" not in {b.name for b in attnkit.available_backends()}
+    assert _registered()
 
 
 def test_available_here():
@@ -82,6 +100,13 @@ def test_serves_cpu_inference():
         assert flex.supports(make_call(q, k, v, mask=M.causal(), bias=Bi.ALiBi(4))) is None
     q, k, v = _qkv()
     assert flex.supports(make_call(q, k, v, mask=lambda b, h, qi, kv: kv <= qi)) is None
+
+
+def test_cpu_sinks_are_declined_there_is_no_lse():
+    q, k, v = _qkv()
+    with torch.no_grad():
+        why = flex.supports(make_call(q, k, v, mask=M.causal(), sinks=torch.zeros(4)))
+    assert "log-sum-exp" in why and "sinks" in why
 
 
 def test_unavailable_torch_is_a_reason(monkeypatch):
@@ -124,10 +149,115 @@ def test_auto_does_not_pick_it_on_cpu(enabled, mask):
     assert est["time_s"] > min(b.estimate(call)["time_s"] for b in attnkit.available_backends() if b.exact and b.name != "flex")
 
 
-def test_no_estimate_where_nothing_was_measured():
-    q, k, v = _qkv(device="meta")
-    est = flex.estimate(make_call(q, k, v, mask=M.causal()))
-    assert est["time_s"] == float("inf") and est["bytes"] == float("inf")
+def _shaped(L: int, mask, dtype=torch.float32):
+    # expanded zero-stride tensors: a benchmark's shapes without its memory (B=1, H=8, E=64)
+    q = torch.zeros((), dtype=dtype).expand(1, 8, L, 64)
+    return make_call(q, q, q, mask=mask)
+
+
+def test_auto_never_picks_it_for_cpu_training(enabled):
+    q, k, v = _qkv(L=256, requires_grad=True)
+    res = attnkit.attention(q, k, v, mask=M.sliding_window(left=31))
+    assert res.report.backend != "flex" and "no CPU backward" in res.report.rejected["flex"]
+
+
+def test_the_estimate_reads_the_rates_of_the_device():
+    call = _shaped(16384, M.sliding_window(255, 0))
+    cpu = flex.estimate(call)
+    with cost.on_device("cuda"):
+        cuda = flex.estimate(call)
+    assert cuda["time_s"] < cpu["time_s"] / 50 and cuda["bytes"] == cpu["bytes"]
+    assert flex.estimate(call) == cpu  # the CPU table again outside the block
+    assert "compiled FlexAttention" in cpu["path"] and f"{flex.AMORTISED_CALLS:,} calls" in cpu["path"]
+
+
+RACE_MASKS = {"window256_16k_fp32_fwd": lambda n: M.sliding_window(255, 0),
+              "document_16k_fp32_fwd": lambda n: M.document(torch.arange(n) // 1024),
+              "chunked_16k_fp32_fwd": lambda n: M.chunked(1024), "prefix_lm_16k_fp32_fwd": lambda n: M.prefix_lm(1024)}
+
+
+def _cpu_race() -> dict[str, dict]:
+    by = {}
+    for r in json.loads(FLEX_RACE.read_text())["rows"]:
+        by.setdefault(r["case"], {})[r["impl"]] = r
+    return {c: v for c, v in by.items() if "flex" in v and "blockwise_fused" in v}
+
+
+def test_the_cpu_race_has_the_cases():
+    assert set(_cpu_race()) == set(RACE_MASKS)
+
+
+@pytest.mark.parametrize("case", sorted(RACE_MASKS))
+def test_cpu_estimate_loses_to_blockwise_as_measured(case, enabled):
+    """flex_race.json: compiled FlexAttention was slower than blockwise's fused kernel in every case
+    (1.5x to 2.3x); the estimates rank them so, by a ratio within 2x of the measured one, and
+    ``auto``'s ranking passes flex over."""
+    impls = _cpu_race()[case]
+    r = impls["flex"]
+    call = _shaped(r["L"], RACE_MASKS[case](r["L"]))
+    names = ("sdpa", "blockwise", "reference", "flex")
+    estimates = {n: registry.get(n).estimate(call) for n in names}
+    best, _ = cost.rank([registry.get(n) for n in names], estimates, None)
+    assert best.name == "blockwise"
+    measured = r["median_ms"] / impls["blockwise_fused"]["median_ms"]
+    predicted = estimates["flex"]["time_s"] / estimates["blockwise"]["time_s"]
+    assert measured > 1 and predicted > 1
+    assert measured / 2 < predicted < measured * 2, (case, predicted, measured)
+
+
+FLEX_CPU = "flex_cpu_quick.json"  # benchmarks/flex_cuda.py run on this CPU (--quick: n = 2048 / 1024)
+
+
+def _cpu_rows() -> dict[str, dict]:
+    return speed_rows(FLEX_CPU) if (RESULTS / FLEX_CPU).exists() else {}
+
+
+def test_the_cpu_run_of_the_flex_cases_exists():
+    rows = _cpu_rows()
+    assert len(rows) >= 5 and all(r["flex"]["median_ms"] > 0 for r in rows.values())
+
+
+@pytest.mark.parametrize("case", sorted(_cpu_rows()))
+def test_on_cpu_auto_picks_flex_only_where_it_measured_faster(case):
+    """Where the CPU estimates pick flex (inference: calls without gradients), it was measured faster
+    than what ``auto`` ran without it, in the same run; and so was the run's own choice."""
+    r = _cpu_rows()[case]
+    best, _, est = rank_backends(case_call(case, r["n"], getattr(torch, r["dtype"])))
+    flex_ms, auto_ms = r["flex"]["median_ms"], r["auto"]["median_ms"]
+    if best == "flex":
+        assert flex_ms < auto_ms, (case, {k: v["time_s"] for k, v in est.items()})
+    if r["auto_with_flex_choice"] == "flex":
+        assert flex_ms < auto_ms
+
+
+def test_a_new_shape_past_the_recompile_limit_is_never_picked(monkeypatch):
+    """Past torch's recompile limit a new shape would run FlexAttention's unfused eager path."""
+    call = _shaped(4096, M.sliding_window(255, 0))
+    monkeypatch.setattr(flex, "_COMPILED_KEYS", {("shape", i) for i in range(flex._recompile_limit())})
+    est = flex.estimate(call)
+    assert est["time_s"] == float("inf") and "recompile limit" in est["path"]
+    flex._COMPILED_KEYS.add(flex._compile_key(call))  # a shape it has compiled stays estimated
+    assert flex.estimate(call)["time_s"] < float("inf")
+
+
+def test_eager_calls_with_flex_registered_load_no_compiler():
+    """supports and estimate run on every auto call: neither imports FlexAttention or Dynamo."""
+    code = """
+import sys, torch, attnkit
+from attnkit import masks
+from attnkit.backends import flex
+flex.enable()
+q = torch.randn(1, 2, 256, 16, requires_grad=True)
+attnkit.attention(q, q, q, mask=masks.causal()).out.sum().backward()
+with torch.no_grad():
+    res = attnkit.attention(q, q, q, mask=masks.sliding_window(31))
+assert "flex" in res.report.rejected, res.report.rejected
+print(sorted(m for m in ("torch._dynamo", "sympy", "torch.nn.attention.flex_attention") if m in sys.modules))
+"""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]"
 
 
 @pytest.mark.parametrize(
@@ -144,6 +274,27 @@ def test_block_mask_from_tile_states_equals_create_block_mask(mask):
     assert torch.equal(ours.to_dense(), theirs.to_dense())
     for a, b in ((ours.full_kv_num_blocks, theirs.full_kv_num_blocks), (ours.kv_num_blocks, theirs.kv_num_blocks)):
         assert torch.equal(a, b)
+
+
+def test_block_masks_are_kept_per_mask_object_until_its_tensors_change():
+    """A document mask (no cache key) is not rebuilt per call: the same object with unchanged ids
+    gives the same BlockMask; ids changed in place give a new, right one; a custom predicate passed
+    as a new mask object each call hits through its cached tile map."""
+    n, cpu = 512, torch.device("cpu")
+    ids = torch.arange(n) // 100
+    doc = M.document(ids)
+    first = flex.cached_block_mask(doc, n, n, cpu)
+    assert flex.cached_block_mask(doc, n, n, cpu) is first
+    ids[:] = torch.arange(n) // 200
+    again = flex.cached_block_mask(doc, n, n, cpu)
+    assert again is not first
+    assert torch.equal(again.to_dense(), flex.block_mask(M.document(ids.clone()), n, n, cpu).to_dense())
+
+    def same_doc(b, h, qi, kv):
+        return ids[qi] == ids[kv]
+
+    custom = flex.cached_block_mask(M.custom(same_doc, depends_on=()), n, n, cpu)
+    assert flex.cached_block_mask(M.custom(same_doc, depends_on=()), n, n, cpu) is custom
 
 
 @pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")

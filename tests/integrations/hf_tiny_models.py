@@ -151,18 +151,6 @@ ARCHS += [  # a second round: more of what people load (window/softcap mixes, Mo
     Arch("marian", _cfg(T.MarianConfig, **_S2S), T.MarianMTModel, "seq2seq"),
     Arch("m2m100", _cfg(T.M2M100Config, **_S2S), T.M2M100ForConditionalGeneration, "seq2seq"),
 ]
-BY_NAME = {a.name: a for a in ARCHS}
-
-
-def pair(arch: Arch, impl: str):
-    """(eager model, ``impl`` model) with the same weights."""
-    eager = arch.build("eager")
-    return eager, arch.build(impl, eager.state_dict())
-
-
-def main_output(out) -> torch.Tensor:
-    return out.logits if getattr(out, "logits", None) is not None else out.last_hidden_state
-
 ARCHS += [  # attention sinks: one extra logit per (query, head) with a zero value
     Arch("gpt_oss", _cfg(T.GptOssConfig, **_lm(num_key_value_heads=2, head_dim=8, intermediate_size=32,
                                                num_local_experts=2, num_experts_per_tok=1, sliding_window=4,
@@ -177,3 +165,33 @@ ARCHS += [  # attention sinks: one extra logit per (query, head) with a zero val
          T.Inkling2ForCausalLM, "decoder", float64=False),
 ]
 BY_NAME = {a.name: a for a in ARCHS}
+
+
+def reference(arch: Arch, truth: str = "eager", *, dtype: torch.dtype | None = None,
+              prepare: Callable[[torch.nn.Module], None] | None = None) -> torch.nn.Module:
+    """``arch`` under transformers' attention implementation ``truth`` ("eager", "sdpa"), cast to
+    ``dtype`` (float64 for comparisons near exact), then ``prepare(model)`` (under no_grad) edits its
+    weights, e.g. to make the feature under test matter."""
+    model = arch.build(truth)
+    if dtype is not None:
+        model = model.to(dtype)
+    if prepare is not None:
+        with torch.no_grad():
+            prepare(model)
+    return model
+
+
+def pair(arch: Arch, impl: str, truth: str = "eager", *, dtype: torch.dtype | None = None,
+         prepare: Callable[[torch.nn.Module], None] | None = None):
+    """(:func:`reference` model, ``impl`` model) with the same weights, both in ``dtype``: the weights
+    are copied after the cast, so none is rounded through float32."""
+    ref = reference(arch, truth, dtype=dtype, prepare=prepare)
+    ours = arch.build(impl)
+    if dtype is not None:
+        ours = ours.to(dtype)
+    ours.load_state_dict(ref.state_dict())
+    return ref, ours
+
+
+def main_output(out) -> torch.Tensor:
+    return out.logits if getattr(out, "logits", None) is not None else out.last_hidden_state

@@ -61,9 +61,8 @@ def sequences():
 
 
 def models(arch, truth="sdpa"):
-    ref = arch.build(truth).double()
-    ours = arch.build(NAME, state=ref.state_dict()).double()
-    return ref, ours
+    """(truth model, attnkit model) in float64 with the same weights."""
+    return tm.pair(arch, NAME, truth, dtype=torch.float64)
 
 
 def one_by_one(model, seqs):

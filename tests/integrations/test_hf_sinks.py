@@ -54,30 +54,29 @@ def seen(monkeypatch):
     return calls
 
 
+def _feature_matters(eager) -> None:
+    """Weights that make the feature under test matter: gpt-oss's sinks drawn at the scale of its
+    logits, Gemma 2's query and key projections scaled so logits pass the cap."""
+    g = torch.Generator().manual_seed(5)
+    for layer in eager.model.layers:
+        attn = layer.self_attn
+        if hasattr(attn, "sinks"):
+            attn.sinks.copy_(torch.randn(attn.sinks.shape, generator=g, dtype=attn.sinks.dtype) * 2)
+        if getattr(attn, "attn_logit_softcapping", None) is not None:
+            attn.q_proj.weight.mul_(GEMMA_QK_GAIN)
+            attn.k_proj.weight.mul_(GEMMA_QK_GAIN)
+
+
 def _eager(arch_name: str):
-    """The float64 eager model, with weights that make the feature under test matter: gpt-oss's sinks
-    drawn at the scale of its logits, Gemma 2's query and key projections scaled so logits pass the cap."""
+    """(arch, the float64 eager model, :func:`_feature_matters`)."""
     arch = tm.BY_NAME[arch_name]
-    eager = arch.build("eager").double()
-    if arch_name == "gemma2":
-        with torch.no_grad():
-            for layer in eager.model.layers:
-                layer.self_attn.q_proj.weight.mul_(GEMMA_QK_GAIN)
-                layer.self_attn.k_proj.weight.mul_(GEMMA_QK_GAIN)
-    if arch_name == "gpt_oss":
-        g = torch.Generator().manual_seed(5)
-        with torch.no_grad():
-            for layer in eager.model.layers:
-                layer.self_attn.sinks.copy_(torch.randn(layer.self_attn.sinks.shape, generator=g, dtype=torch.float64) * 2)
-    return arch, eager
+    return arch, tm.reference(arch, dtype=torch.float64, prepare=_feature_matters)
 
 
 def _pair(arch_name: str, backend: str):
     """(arch, eager, attnkit) float64 models with the same weights (:func:`_eager`)."""
-    arch, eager = _eager(arch_name)
-    ours = arch.build(NAMES[backend]).double()
-    ours.load_state_dict(eager.state_dict())
-    return arch, eager, ours
+    arch = tm.BY_NAME[arch_name]
+    return (arch, *tm.pair(arch, NAMES[backend], dtype=torch.float64, prepare=_feature_matters))
 
 
 def _loss_and_grads(model, x, rows):

@@ -71,6 +71,18 @@ _CPU_RATES = {
     "elem_per_s": 1.2e9,  # one element-wise op over one fp32 element
     "tile_overhead_s": 40e-6,  # Python and dispatch cost of one blockwise tile
     "call_overhead_s": {"sdpa": 30e-6, "blockwise": 300e-6, "blockwise_fused": 80e-6, "reference": 100e-6},
+    # compiled FlexAttention (the optional flex backend), flops over the pairs of its non-empty 128 x 128
+    # tiles: benchmarks/results/flex_race.json (1 thread, float32 forward, n = 16k, load average 1.0-1.4)
+    # ran it at 36.6, 38.3, 35.5 and 39.9 GFLOP/s (window 256, 1k documents, 1k chunks, prefix-LM), 1.5x
+    # to 2.3x slower than blockwise's fused kernel; the median. Half precision not raced: float32's is used
+    "flex_flops": {torch.float32: 37e9},
+    # host time per call before the kernel runs and after it is launched (overlapping it on a GPU);
+    # assumed, not measured on CPU: the BlockMask lookup and the compiled call's guards
+    "flex_host_before_s": 200e-6,
+    "flex_host_after_s": 0.0,
+    "flex_uncached_mask_s": 0.0,  # not measured on CPU (see the CUDA table)
+    # first call minus the median call, flex_race.json: 1.80 to 1.90 s over the four cases
+    "flex_compile_s": 1.9,
 }
 
 # What differs on a CUDA device, measured on one H200 with torch 2.11 (benchmarks/gpu_race.py,
@@ -84,6 +96,20 @@ _CUDA_RATES = {
     "reference_flops": {torch.float32: 1e13, torch.bfloat16: 3e13, torch.float16: 3e13, torch.float64: 3e12},
     "elem_per_s": 1.5e12,  # a bool or half element read and written at ~4 TB/s
     "tile_overhead_s": 250e-6,
+    # compiled FlexAttention on the H200, forward flops over the pairs of its non-empty 128 x 128 tiles:
+    # gpu_race.json (FlexAttention called directly) bf16 window 94, document 88, causal prefix 85 TFLOP/s
+    # (the median; causal + ALiBi 89 TFLOP/s too), fp32 window 9.1 TFLOP/s (fp16 not measured: bf16's)
+    "flex_flops": {torch.float32: 9.1e12, torch.bfloat16: 88e12, torch.float16: 88e12},
+    # attnkit's flex backend is host-bound for short kernels: flex_cuda.json's bf16 window n = 16k took
+    # 0.894 ms where the kernel alone took 0.136 ms (gpu_race.json); fp32 2.140 ms vs 1.410 ms. Split
+    # into host time before the kernel and after its launch (overlapping it), fitted to flex_cuda.json's
+    # four forward cases with built-in masks: within 0.9x to 1.6x of each (tests/core/test_cost_device.py)
+    "flex_host_before_s": 0.35e-3,
+    "flex_host_after_s": 0.55e-3,
+    # a mask without a cache key (custom predicates, documents) is looked up and checked per call:
+    # flex_cuda.json's custom 1k-document predicate took 5.11 ms where the terms above give 0.90 ms
+    "flex_uncached_mask_s": 4.2e-3,
+    "flex_compile_s": 2.5,  # first call minus the median, flex_cuda.json: 2.1 to 5.6 s, 2.5 s the median of six
 }
 _DEVICE_RATES = {"cuda": _CUDA_RATES}
 _DEVICE: ContextVar[str] = ContextVar("attnkit_cost_device", default="cpu")

@@ -202,31 +202,3 @@ def _sweep_html(data: dict, lang: str) -> str:
     if isinstance(sweep, dict):  # the numbers of the sweep, written in the page's language
         return sweep_html(sweep, lang, png=sweep.get("png"))
     return ""
-
-
-def _auto_table(data: dict, lang: str) -> str:
-    return table([tr(lang, "call (B=2, H=4, L=S=64, E=16)", "调用（B=2，H=4，L=S=64，E=16）"), tr(lang, "backend that ran", "实际运行的后端"),
-                  tr(lang, "why (attnkit's report)", "原因（attnkit 的报告）"), tr(lang, "dense bytes materialized", "物化的稠密字节数")],
-                 [[tr(lang, r["call"], CALLS_ZH.get(r["call"], r["call"])), r["ran"], reason(r["why"], lang), f"{r['bytes']:,}"]
-                  for r in data["auto"]])
-
-
-def _quick_table(data: dict, lang: str) -> str:
-    source = (tr(lang, "committed <code>attention_quick.json</code> of <code>attnkit bench --quick</code>",
-                 "已提交的 <code>attnkit bench --quick</code> 结果 <code>attention_quick.json</code>")
-              if data.get("quick_source") == "committed" else tr(lang, "measured now", "本次实测"))
-    html = "<p>" + tr(lang, f"Source: {source}. B=1, H=8, E=64, n=2,048, fp32, median of 3 runs, each in a fresh process. Columns: mask/bias of the call; "
-                            "backend measured; what auto chose for it; median time in ms; peak resident memory above the inputs in MiB; "
-                            "speed relative to SDPA given the dense mask a user would build (>1× = faster).",
-                      f"来源：{source}。B=1，H=8，E=64，n=2,048，fp32，3 次运行取中位数，每次在新进程中。列：调用的掩码/偏置；所测后端；auto 的选择；"
-                      "中位时间（毫秒）；超出输入的峰值常驻内存（MiB）；相对 SDPA（使用用户会构造的稠密掩码）的速度（>1× 表示更快）。") + "</p>"
-    return html + table([tr(lang, "mask/bias", "掩码/偏置"), tr(lang, "backend", "后端"), tr(lang, "chosen", "auto 的选择"),
-                         tr(lang, "median ms", "中位毫秒"), tr(lang, "peak MiB", "峰值 MiB"), tr(lang, "speed vs SDPA", "相对 SDPA 的速度")],
-                        data["quick_rows"])
-
-
-def _sweep_html(data: dict, lang: str) -> str:
-    whole = data.get("committed_sweep")
-    if isinstance(whole, dict):  # the numbers of the sweep, written in the page's language
-        return sweep_html(whole, lang, png=whole.get("png"))
-    return ""
