@@ -10,7 +10,7 @@ interleaved, call by call, so load drift on a shared machine hits all three alik
 * ``forced`` — ``attnkit.attention(..., backend=<the backend auto chose>)``: validation + report, no cost model;
 * ``direct`` — the chosen backend's kernel called directly (``F.scaled_dot_product_attention``).
 
-``overhead_us`` = median(auto) − median(direct) is the number issue 9 bounds (≤ 50 µs);
+``overhead_us`` = median(auto) − median(direct) is the fixed cost of auto's choice, bounded at ≤ 50 µs;
 ``dispatch_us`` = median(auto) − median(forced) is the share of the cost model and reasons.
 Medians of ``--runs`` calls per variant.
 
@@ -32,7 +32,7 @@ import attnkit
 from attnkit import masks
 
 RESULTS = Path(__file__).resolve().parent / "results"
-LIMIT_US = 50.0  # issue 9: auto's fixed overhead per call
+LIMIT_US = 50.0  # the bound on auto's fixed overhead per call
 
 
 def measure(n: int, causal: bool, runs: int) -> dict:

@@ -1,4 +1,4 @@
-"""bf16/fp16 vs float32 attention throughput of sdpa and blockwise, measured in one run (issue 8 item 1).
+"""bf16/fp16 vs float32 attention throughput of sdpa and blockwise, measured in one run.
 
 The cost model's rates (:data:`attnkit.core.cost.RATES`) are per backend and dtype. After the
 blockwise half-precision fix (float32 scores and statistics, so float32 GEMMs) its bf16 rate

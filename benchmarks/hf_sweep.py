@@ -1,6 +1,6 @@
 """Every architecture in a transformers auto-mapping, built tiny from its config class, run with
-``attn_implementation="attnkit"`` against ``"eager"`` on a padded batch — the sweep behind issue 8
-item 8's claim that no model runs silently wrong.
+``attn_implementation="attnkit"`` against ``"eager"`` on a padded batch — the sweep behind the claim
+that no model runs silently wrong.
 
 Each model type ends in one of four states:
 

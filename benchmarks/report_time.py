@@ -1,5 +1,5 @@
 """Wall-clock time of the quick default of ``attnkit report`` (every section rerun with ``--force``),
-measured once, for the README's claim (issue 13: the quick report runs in ≤ 10 minutes on 2 cores).
+measured once, for the README's claim (the quick report runs in ≤ 10 minutes on 2 cores).
 
     python benchmarks/report_time.py   # → benchmarks/results/report_quick_time.json
 

@@ -1,4 +1,4 @@
-"""Blockwise under torch.func (issue 8 item 7): the autograd.Function has ``setup_context`` and
+"""Blockwise under torch.func: the autograd.Function has ``setup_context`` and
 ``generate_vmap_rule``, and its forward and backward are functional (no writes into preallocated
 buffers), so ``torch.func.vmap`` and ``torch.func.grad`` run it. Checked against a Python loop over
 the vmapped dimension with ordinary autograd, in float64.
@@ -118,7 +118,7 @@ def test_compile_with_dropout_fullgraph_says_unsupported_and_graph_breaks_match_
 
 
 def test_blockwise_attention_returns_attention_output_like_attention():
-    """Issue 9 item 4: the public entry point returns AttentionOutput (out, weights, lse, report),
+    """The public entry point returns AttentionOutput (out, weights, lse, report),
     equal to attnkit.attention's blockwise result, with the fully-masked rows counted."""
     from attnkit.backends.blockwise import blockwise_attention
     from attnkit.core.call import make_call

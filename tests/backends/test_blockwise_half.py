@@ -1,4 +1,4 @@
-"""Blockwise in bf16/fp16 (issue 8 item 1): scores, running max/sum and D = rowsum(dO·O) in float32.
+"""Blockwise in bf16/fp16: scores, running max/sum and D = rowsum(dO·O) in float32.
 
 The yardstick is the ``reference`` backend in the same dtype: its own error against a float64 run on
 the same rounded inputs. Blockwise must stay within 2× of it, forward and backward, with logits up

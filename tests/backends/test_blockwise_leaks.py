@@ -1,4 +1,4 @@
-"""Blockwise leak-proofing (issue 8 item 2): what a masked key, value or bias slot holds — NaN,
+"""Blockwise leak-proofing: what a masked key, value or bias slot holds — NaN,
 ±inf, 1e38 — never reaches the output or any gradient.
 
 Each case runs twice: once with zeros in the dead slots (keys no query may see; bias entries no

@@ -1,4 +1,4 @@
-"""The sdpa backend (and reference beside it) under issue 8's pressure: half precision within 2x the
+"""The sdpa backend (and reference beside it) under pressure: half precision within 2x the
 reference's own error, nothing a mask removes leaking into outputs or gradients, NaN propagating
 as on every other backend with an honest fully-masked count, and the log-sum-exp returned."""
 

@@ -1,4 +1,4 @@
-"""Edge sizes and devices (issue 8 item 5): E = 0 and Hkv = 0 are clear errors, B = 0 gives an
+"""Edge sizes and devices: E = 0 and Hkv = 0 are clear errors, B = 0 gives an
 empty result on every backend (with a working backward), shapes flow on the ``meta`` device through
 ``attention`` and ``MultiHeadAttention`` (models are built on meta before loading weights), and a
 memory budget a forced backend overshoots is said in the report."""

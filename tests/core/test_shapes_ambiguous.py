@@ -1,5 +1,4 @@
-"""Shapes that read two ways, user functions that return the wrong shape, and small input checks
-(issue 8 items 4, 5 and 9).
+"""Shapes that read two ways, user functions that return the wrong shape, and small input checks.
 
 * Dense masks and biases are 2-D (L, S) or 4-D (B|1, H|1, L, S): a 3-D (B, 1, S) padding mask with
   B == H used to be taken as per-head, silently; now every rank but 2 and 4 is refused with the

@@ -1,4 +1,4 @@
-"""Threads (issue 8 item 6): a capture records only the calls of the context that opened it, and
+"""Threads: a capture records only the calls of the context that opened it, and
 ``attnkit.options(...)`` is context-local while ``set_memory_budget`` stays the process default.
 
 Four threads run at the same time (a barrier makes their ``with`` blocks overlap): each captures its

@@ -30,7 +30,7 @@ def _cases(world_size: int) -> list[dict]:
             cases.append(dict(BASE, name=f"{tag}-mha", layout=layout, causal=causal, L=even, seed=1))
             cases.append(dict(BASE, name=f"{tag}-gqa", layout=layout, causal=causal, L=even, H=6, Hkv=2, seed=2))
             cases.append(dict(BASE, name=f"{tag}-uneven", layout=layout, causal=causal, L=uneven, H=4, Hkv=2, seed=3))
-            # issue 8 item 2: whatever the padded tail holds never reaches outputs or gradients
+            # whatever the padded tail holds never reaches outputs or gradients
             for hostile in ("nan", "inf", "1e38"):
                 cases.append(dict(BASE, name=f"{tag}-uneven-pad-{hostile}", layout=layout, causal=causal, L=uneven, H=4,
                                   Hkv=2, seed=3, hostile=float(hostile)))

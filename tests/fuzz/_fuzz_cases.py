@@ -55,7 +55,7 @@ HEADS = [(1, 1), (2, 2), (2, 1), (4, 1), (4, 2), (3, 1), (6, 2), (6, 3)]  # (H, 
 # Shape budgets. Small tiles are forced on most cases so small shapes cross tile edges (sizes at
 # tile ± 1); "big" cases keep the default tiles (128 × 128 for windows, 256 × 512 dense) and sit at
 # their edges. fp16 matmul on this CPU is slow: half sizes stay small. "small" is the default: 10,000
-# cases in minutes on a shared 2-core machine; "full" adds wider shapes and issue 8's bf16 example
+# cases in minutes on a shared 2-core machine; "full" adds wider shapes and a large-logit bf16 example
 # (E = 64, L = S = 256, std 10).
 BUDGETS = {
     "small": {"sizes": [1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 32, 33], "half_sizes": [1, 2, 3, 7, 8, 9, 15, 16, 17],

@@ -1,5 +1,5 @@
 """Real layer indices end to end: ``capture(model, layers=[0, 5])`` then classify_heads, the plots
-and the viewer all say layers 0 and 5 — not 0 and 1 (a newcomer's rough edge, issue 13)."""
+and the viewer all say layers 0 and 5 — not 0 and 1 (a newcomer's rough edge)."""
 
 from __future__ import annotations
 

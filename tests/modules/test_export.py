@@ -1,4 +1,4 @@
-"""``torch.export`` of ``MultiHeadAttention`` with ALiBi and rotary embeddings (issue 8 item 7).
+"""``torch.export`` of ``MultiHeadAttention`` with ALiBi and rotary embeddings.
 
 Exporting needs a graph with no data-dependent Python branch: the rotary lookup for positions
 0..L-1 is a table slice (no value check), dispatch under tracing takes the most preferred backend,

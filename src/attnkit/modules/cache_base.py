@@ -1,7 +1,7 @@
 """The cache contract: :class:`CacheView` (what attention reads) and :class:`KVCache` (the base class).
 
-Split out of :mod:`attnkit.modules.cache` (public name ``attnkit.cache``; the design and its
-references are written out there) so each concept sits in its own small file. :class:`KVCache`
+The design and its references are written out in :mod:`attnkit.modules.cache` (public name
+``attnkit.cache``). :class:`KVCache`
 does everything common to the self-attention caches: lazy allocation from the first keys/values,
 per-row lengths and default positions, input checks, and beam-search :meth:`~KVCache.reorder`.
 Subclasses (:mod:`attnkit.modules.cache_kinds`) only decide where tokens go (``_allocate``,

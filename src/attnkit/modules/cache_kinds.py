@@ -1,8 +1,8 @@
 """The concrete caches: :class:`DynamicCache`, :class:`StaticCache`, :class:`SlidingWindowCache`
 and :class:`CrossAttentionCache`.
 
-Split out of :mod:`attnkit.modules.cache` (public name ``attnkit.cache``; the design, the
-references and the mixed-length batch rules are written out there). Each self-attention cache
+The design, the references and the mixed-length batch rules are written out in
+:mod:`attnkit.modules.cache` (public name ``attnkit.cache``). Each self-attention cache
 subclasses :class:`~attnkit.modules.cache_base.KVCache` and only says where tokens go: the linear
 caches put row b's i-th real token in slot i (growing by doubling, or in a fixed ``max_len``), the
 sliding cache writes a ring buffer of the last ``window`` tokens and keeps each slot's absolute

@@ -1,6 +1,6 @@
 """Masks and biases over a KV cache, evaluated at absolute token positions instead of slot indices.
 
-Split out of :mod:`attnkit.modules.cache` (public name ``attnkit.cache``). Under caching, slot s
+Used by :mod:`attnkit.modules.cache` (public name ``attnkit.cache``). Under caching, slot s
 of the cache need not hold position s: new queries sit at positions offset by what is already
 cached, padded prompts are compacted per row, and a sliding-window ring buffer stores keys out of
 order. So the causal / window / user masks and the positional biases (ALiBi, T5, Shaw) are
