@@ -19,7 +19,9 @@ Implementations (what is compared in the same run, on the same inputs):
 * ``sdpa_mask`` — SDPA with the dense bool mask; ``sdpa_causal`` — SDPA ``is_causal`` (top-left:
   for L < S a timing yardstick only, its mask is not attnkit's bottom-right one).
 
-Ratios are against the named baseline of each case from the same run. The CPU's flags
+Ratios are against the named baseline of each case from the same run. The goal of the fused
+route's forward + backward (:data:`GOALS`: window 256, n = 16k, fp32) is checked against its row,
+printed at the end and saved under ``"goals"``. The CPU's flags
 (avx512_bf16, amx) are recorded from /proc/cpuinfo.
 
 Run:  PYTHONPATH=src python benchmarks/flex_race.py [--quick] [--reps 5] [--only CASE] [--rows PATTERNS] [--redo]
@@ -57,6 +59,11 @@ CASES = {
                               ["blockwise_fused", "blockwise_tiles", "sdpa_mask"], "sdpa_mask"),
     "window256_16k_fp32_fwdbwd": ("window", 16384, 16384, "float32", "fwdbwd",
                                   ["blockwise_fused", "blockwise_tiles"], "blockwise_tiles"),
+    # forward + backward against SDPA's fused CPU kernel with the dense mask (too slow at 16k)
+    "window256_4k_fp32_fwdbwd": ("window", 4096, 4096, "float32", "fwdbwd",
+                                 ["blockwise_fused", "blockwise_tiles", "sdpa_mask"], "sdpa_mask"),
+    "window256_4k_bf16_fwdbwd": ("window", 4096, 4096, "bfloat16", "fwdbwd",
+                                 ["blockwise_fused", "blockwise_tiles", "sdpa_mask"], "sdpa_mask"),
     "causal_8k_fp32_fwd": ("causal", 8192, 8192, "float32", "fwd",
                            ["attnkit_auto", "blockwise_fused", "sdpa_causal"], "sdpa_causal"),
     "causal_prefix_2k_8k_fp32_fwd": ("causal", 2048, 8192, "float32", "fwd",
@@ -68,6 +75,8 @@ CASES = {
     "chunked_16k_fp32_fwd": ("chunked", 16384, 16384, "float32", "fwd", ["blockwise_fused", "flex"], "flex"),
     "prefix_lm_16k_fp32_fwd": ("prefix_lm", 16384, 16384, "float32", "fwd", ["blockwise_fused", "flex"], "flex"),
 }
+# the performance goal of the fused route's forward + backward, checked against the measured row
+GOALS = {"window256_16k_fp32_fwdbwd:blockwise_fused": {"median_ms": 450.0, "peak_above_inputs_mib": 150.0}}
 DOCS, CHUNK, PREFIX = 16, 1024, 1024  # document: 16 equal documents; chunked causal chunks; prefix-LM prefix
 SLOW_REPS = {"sdpa_mask": 2, "blockwise_tiles": 2}  # at n >= 16k: dense-mask and Python baselines, medians of fewer calls
 QUICK_N = 512
@@ -147,6 +156,18 @@ def _mask(kind, L, S):
     if kind == "prefix_lm":
         return M.prefix_lm(PREFIX)
     return M.causal()
+
+
+def goals(rows: list[dict]) -> dict:
+    """Each goal of :data:`GOALS` with the measured values of its row (skipped until it is measured)."""
+    out = {}
+    for name, goal in GOALS.items():
+        case, impl = name.split(":")
+        row = next((r for r in rows if r["case"] == case and r["impl"] == impl and "median_ms" in r), None)
+        if row is not None:
+            measured = {k: row[k] for k in goal}
+            out[name] = {"goal": goal, "measured": measured, "met": all(measured[k] <= goal[k] for k in goal)}
+    return out
 
 
 def useful_pairs(kind, L, S) -> int:
@@ -248,7 +269,7 @@ def main() -> None:
         out = {"what": __doc__.splitlines()[0], "torch": torch.__version__, "threads": 1, "quick": args.quick,
                "B": B, "H": H, "E": E, "window": WINDOW, "docs": DOCS, "chunk": CHUNK, "prefix": PREFIX,
                "cpu": cpu_flags(), "reps": args.reps, "slow_reps": SLOW_REPS,
-               "loadavg_at_save": os.getloadavg()[0], "rows": rows}
+               "loadavg_at_save": os.getloadavg()[0], "goals": goals(rows), "rows": rows}
         path.write_text(json.dumps(out, indent=1) + "\n")
 
     for case, (_, _, _, _, _, impls, base) in CASES.items():
@@ -267,6 +288,9 @@ def main() -> None:
             save()  # after every row: an interrupted run resumes where it stopped
             print(json.dumps({k: (round(v, 1) if isinstance(v, float) else v) for k, v in row.items() if k != "times_ms"}), flush=True)
     save()
+    for name, g in goals(rows).items():
+        print(f"goal {name}: " + ", ".join(f"{k} {g['measured'][k]:.1f} (goal <= {g['goal'][k]:g})" for k in g["goal"])
+              + f": {'met' if g['met'] else 'not met'}")
     print("saved", path)
 
 

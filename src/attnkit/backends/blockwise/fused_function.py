@@ -18,13 +18,22 @@ in float32, but multiplies P by V with P rounded to bf16, as SDPA does on CPU; s
 error is SDPA's own (the tile loop's is smaller: it upcasts everything). Gradients that several
 calls contribute to (overlapping windows, segments) are summed in float32.
 
-Gradients: in float64, the backward ops fed the global out and lse. Below float64, and for a
-gradient flowing into the returned ``lse`` (:math:`dS = P (dP - D + d\mathrm{lse})`, which the backward
-op has no input for), the tile loop's backward runs once (:mod:`.fused_grad`), fed the kernel's lse
-as the row shift and the row sums recomputed with that shift, so the rounded float32 lse's error
-cancels; the forward is not repeated. The kernel's own backward rebuilds the weights with its own
-score GEMM and a fast exp and sums half gradients in half: measured up to 9x the reference's own
-float32 error on scores of magnitude ~50, and 80x in bf16 dq; the tile loop's backward is within 2x.
+Gradients, without repeating the forward:
+
+* band, causal and dense (:mod:`.fused_band_grad`, :mod:`.fused_causal_grad`): every query block
+  runs against all the keys its rows may see, so each row's weights are rebuilt from the
+  backward's own score GEMM and renormalised (the forward's lse is only the shift), and the
+  softmax gradient is formed with :math:`D = \mathrm{rowsum}(P \circ dP)` as autograd does, in
+  float32 (float64 for float64 inputs) whatever the input dtype; a gradient flowing into the
+  returned ``lse`` adds :math:`P \, d\mathrm{lse}` to dS. PyTorch's private backward op is not
+  used there: fed the forward's float32 lse, its weights do not sum to 1 on its own scores
+  (rows off by ~5e-6 on scores of magnitude ~50: up to 9x the reference's own float32 error in
+  dv), and it sums half gradients in half (80x in bf16 dq);
+* tiles (a row's keys spread over several segments): below float64, and for a gradient into
+  ``lse``, the tile loop's backward runs once (:mod:`.fused_grad`), fed the kernel's lse as the
+  row shift and the row sums recomputed with that shift; in float64, the backward op per segment
+  fed the global out and lse.
+
 Double backward (``create_graph=True``) re-runs the call on the tile loop under autograd, which
 then serves or refuses it with its own error.
 
@@ -44,8 +53,10 @@ from ...core.mask_kinds import CausalMask, SlidingWindowMask
 from ...core.options import current as current_options
 from ...core.output import BackendResult
 from ..tiling import default_tiles
-from .fused_band import Band, band_backward, band_forward, band_of
-from .fused_causal import dense_backward, dense_forward
+from .fused_band import Band, band_forward, band_of
+from .fused_band_grad import band_grads
+from .fused_causal_grad import causal_grads
+from .fused_causal import dense_forward
 from .fused_gate import available
 from .fused_grad import kernel_lse_grads
 from .fused_tiles import Segments, segments_of, tiles_backward, tiles_forward
@@ -79,12 +90,17 @@ class FusedRoute:
             return tiles_forward(q, k, v, self.mask, self.segments, self.scale)
         return dense_forward(q, k, v, self.scale, self.causal_off)
 
-    def backward(self, dout, q, k, v, out, lse):
+    def backward(self, dout, q, k, v, out, lse, dlse, need):
+        """(dq, dk, dv) in the inputs' dtypes, None where ``need`` is False; dout (B, H, L, E) or
+        dlse (B, H, L) may be None (see the module docstring for which method serves which kind)."""
         if self.kind == "band":
-            return band_backward(dout, q, k, v, out, lse, self.mask, self.band, self.scale)
-        if self.kind == "tiles":
-            return tiles_backward(dout, q, k, v, out, lse, self.mask, self.segments, self.scale)
-        return dense_backward(dout, q, k, v, out, lse, self.scale, self.causal_off)
+            return band_grads(dout, q, k, v, lse, dlse, self.mask, self.band, self.scale, need)
+        if self.kind != "tiles":  # dense (causal_off None) or causal
+            return causal_grads(dout, q, k, v, lse, dlse, self.causal_off, self.scale, need)
+        if dlse is not None or q.dtype != torch.float64:  # the tile loop's backward, fed the kernel's lse
+            return kernel_lse_grads(q, k, v, out, lse, dout, dlse, need, self.mask, self.scale)
+        grads = tiles_backward(dout.contiguous(), q, k, v, out, lse, self.mask, self.segments, self.scale)
+        return [g if n else None for g, n in zip(grads, need)]
 
 
 def _wrapped(*ts: torch.Tensor) -> bool:
@@ -142,18 +158,11 @@ class _FusedFunction(torch.autograd.Function):
         need = ctx.needs_input_grad[2:5]
         if torch.is_grad_enabled():  # double backward: the tile loop under autograd serves or refuses it
             return (None, None, *_tile_loop_grads(ctx.python, q, k, v, dout, dlse, need))
-        # the kernel's backward rebuilds the weights with its own score GEMM and a fast exp and sums half
-        # gradients in half: up to 9x the reference's own float32 error on scores of |s| ~ 50 (even with dO
-        # rescaled for the rounded lse), 80x in bf16 dq; so below float64 (and for a gradient on lse) the
-        # tile loop's backward runs once, fed the kernel's lse and row sums recomputed from it (:mod:`.fused_grad`)
         if dout is None and dlse is None:
             return None, None, None, None, None
-        if dlse is not None or q.dtype != torch.float64:
-            grads = kernel_lse_grads(q, k, v, out, lse, dout, dlse, need, ctx.route.mask, ctx.route.scale)
-            return (None, None, *grads)
         qc, kc, vc = (_lastdim_contiguous(t) for t in (q, k, v))
-        dq, dk, dv = ctx.route.backward(dout.contiguous(), qc, kc, vc, out, lse)
-        return None, None, *(g if n else None for g, n in zip((dq, dk, dv), need))
+        do = None if dout is None else _lastdim_contiguous(dout)
+        return None, None, *ctx.route.backward(do, qc, kc, vc, out, lse, dlse, need)
 
 
 def _tile_loop_grads(python: Callable, q, k, v, dout, dlse, need):
