@@ -4,15 +4,17 @@ The same causal window of ``W`` keys (``--windows``, default 256 and 1024), two 
 
 * ``builtin`` — ``mask=masks.sliding_window(left=W - 1)``: analytic tile states, a banded fused path;
 * ``custom``  — ``mask=lambda b, h, q_idx, kv_idx: (kv_idx <= q_idx) & (q_idx - kv_idx < W)``, the same
-  function object every call, as a model's layers reuse it: its tile map is evaluated once per
-  shape and cached (:mod:`attnkit.core.tile_map`), then its non-empty tiles run;
+  function object every call, as a model's layers reuse it: its tile map and the additive masks of
+  its partly masked segments are evaluated once per shape and cached (:mod:`attnkit.core.tile_map`,
+  :mod:`attnkit.backends.blockwise.segment_masks`), then its non-empty tiles run;
 * ``sdpa``    — ``F.scaled_dot_product_attention`` with the dense bool mask built once (the yardstick).
 
 Forward only (``torch.no_grad()``), B=1, H=8, E=64, fp32, one thread. The three variants are timed
 interleaved, call by call, so load drift hits all alike; medians of ``--reps`` calls after one
-warm-up each. ``custom_first_call_ms`` is one call with the tile-map cache cleared (the evaluation of
-the predicate on the whole grid included). The 1- / 5- / 15-minute load averages are recorded
-before and after: the machine is shared, and a load above the core count makes every number slower.
+warm-up each. ``custom_first_call_ms`` is one call with the caches cleared (the evaluation of the
+predicate on the whole grid and of its partly masked segments' masks included). The 1- / 5- /
+15-minute load averages are recorded before and after: the machine is shared, and a load above the
+core count makes every number slower.
 
     OMP_NUM_THREADS=1 PYTHONPATH=src python benchmarks/custom_mask_speed.py [--before-src /tmp/before/src]
     # → benchmarks/results/custom_mask_speed.json
@@ -40,6 +42,10 @@ try:
     from attnkit.core import tile_map
 except ImportError:  # an attnkit from before custom predicates had tile maps (--before-src)
     tile_map = None
+try:
+    from attnkit.backends.blockwise import segment_masks
+except ImportError:  # an attnkit from before the fused tiles path cached its segment masks (--before-src)
+    segment_masks = None
 
 RESULTS = Path(__file__).resolve().parent / "results"
 TARGET = 1.5  # the custom predicate must run within 1.5x of the built-in window
@@ -63,6 +69,8 @@ def measure(n: int, W: int, reps: int, sdpa: bool) -> dict:
     with torch.no_grad():
         if tile_map is not None:
             tile_map.clear_cache()
+        if segment_masks is not None:
+            segment_masks.clear_cache()
         t0 = time.perf_counter()
         res_custom = variants["custom"]()
         first_ms = (time.perf_counter() - t0) * 1e3
@@ -119,7 +127,8 @@ def main() -> None:
         "torch": torch.__version__, "threads": torch.get_num_threads(), "B": 1, "H": 8, "E": 64, "dtype": "float32",
         "reps": a.reps, "target": TARGET,
         "load_avg_before": list(load_before), "load_avg_after": list(os.getloadavg()), "cpu_count": os.cpu_count(),
-        "tile_map_cache": tile_map.cache_info() if tile_map is not None else None, "rows": rows,
+        "tile_map_cache": tile_map.cache_info() if tile_map is not None else None,
+        "segment_mask_cache": segment_masks.cache_info() if segment_masks is not None else None, "rows": rows,
     }
     if before is not None:
         res["before"] = before

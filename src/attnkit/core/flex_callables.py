@@ -29,8 +29,9 @@ that say it explicitly: wrap the function in ``masks.custom``, ``biases.score_mo
 ``biases.custom_bias``. Those wrappers also take ``depends_on`` and ``name``.
 
 A plain mask_mod also gets tile skipping like the built-in masks: its tile states are computed
-once per shape by evaluating it on the tile grid (:mod:`attnkit.core.tile_map`), so it must be
-pure. Whether it reads ``b`` or ``h`` is read off its result's shape on the first call (a result
+once per shape by evaluating it on the tile grid (:mod:`attnkit.core.tile_map`), and on CPU the
+blockwise backend keeps the additive masks of its partly masked tiles per shape too
+(:mod:`attnkit.backends.blockwise.segment_masks`), so it must be pure. Whether it reads ``b`` or ``h`` is read off its result's shape on the first call (a result
 of size 1 along an index axis does not depend on that index), as FlexAttention's ``B=None`` /
 ``H=None`` broadcast; a function that reduces over an index tensor (``b.max()``) must declare
 ``depends_on`` with :func:`attnkit.masks.custom`.

@@ -19,7 +19,7 @@ from ...core import cost
 from ...core.call import AttentionCall
 from ...core.tiles import kept_fraction
 from ..tiling import default_tiles
-from .fused_band import CHUNK_ELEMS, chunks
+from .fused_band import CHUNK_ELEMS, chunks, tuned
 from .fused_function import PATH_NAMES, FusedRoute, route_of
 
 _SOFTMAX_OPS = 0.0  # the online softmax's passes are inside the measured flops rate
@@ -61,8 +61,8 @@ def _fused_estimate(call: AttentionCall, route: FusedRoute) -> cost.Estimate:
     B, H, _, L, S, E, Ev = cost.dims(call)
     out_bytes = B * H * L * Ev * call.q.element_size() + B * H * L * 4
     if route.kind == "band":
-        band = route.band
-        computed = B * H * L * band.w  # every query block against its b + left + right keys
+        band = tuned(route.band, call.q.dtype)  # the block size and padding the forward runs
+        computed = B * H * L * band.w  # every query block against its b + left + right (+ pad) keys
         calls = B * len(chunks(band, H, E)) + len(band.edges())
         rate = cost.rate("fused_band_flops", call.q.dtype)
         extra = 3 * CHUNK_ELEMS * 4

@@ -15,12 +15,26 @@ every *interior* block (a full block whose window lies inside ``[0, S)``) the ma
 
 Every key in a block's window is seen by some query of the block, so a key no query of the block
 may see never enters its call (no NaN leak from masked keys; a NaN in an allowed key reaches every
-row of its block, as in the Python tile loop). The few *edge* blocks (windows clipped by the
+row of its block, as in the Python tile loop), except the alignment padding below, which is used
+only when k and v are finite. The few *edge* blocks (windows clipped by the
 sequence ends, the last short block) run one call each on the clipped key range with the mask
 evaluated there; their rows with no allowed key get out 0 and lse -inf (:mod:`.fused_merge`).
 
-Work per useful pair: ``(b + left + right) / (left + right + 1)``; b = 64 (32 for windows under
-128 keys) keeps it near 1.25 for a 256-key window while the kernel's tiles stay efficient.
+Work per useful pair: ``(b + left + right) / (left + right + 1)``; :func:`band_of` takes b = 64
+(32 for windows under 128 keys), which keeps it near 1.25 for a 256-key window. The forward then
+tunes the geometry for float32 and bf16 (:func:`tuned`), as the kernel's rate depends on the tile
+shape (measured with one thread: benchmarks/results/bf16_window.json, bf16_window_kernel_w1024.json):
+
+* a key count that is a multiple of 64 runs faster than one key less (319 → 320 keys: fp32
+  1.1x, bf16 1.3x faster), so when k and v are finite the window is padded on the right with up
+  to 63 keys no query of the block may see (:func:`tuned`; masked by the shared mask, their
+  weight is exactly 0: finite inputs only, as a NaN there would reach the rows through
+  ``NaN + -inf``);
+* bf16 gains from the kernel's packed bf16 GEMMs only on taller tiles: a bf16 tile takes 0.6x
+  (256-key window) to 0.9x (1024 keys) the fp32 time at b = 64, 0.5x to 0.67x at b = 128 and
+  about 0.45x at b = 256 (kernel alone); so bf16 windows of 256 keys or more take the tallest b in {128, 256} with b <= window / 4
+  (at most a quarter more pairs), and at least 128. float32 keeps b = 64: on the route itself
+  (overlapping windows of k and v) taller fp32 blocks were not faster.
 
 The backward feeds the backward op each chunk's slice of the *global* out and lse (exact: P is
 recomputed from the final lse), writes dq per block, and adds the overlapping dk/dv windows back
@@ -33,6 +47,7 @@ n blocks per chunk, b queries per block, w keys per window.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -41,7 +56,7 @@ from ...core.indices import alignment_offset
 from .fused_gate import backward_op, forward_op
 from .fused_merge import empty_rows_to_neginf, lse_for_backward
 
-__all__ = ["Band", "band_of", "band_forward", "band_backward", "chunks", "CHUNK_ELEMS"]
+__all__ = ["Band", "band_of", "tuned", "finite", "band_forward", "band_backward", "chunks", "CHUNK_ELEMS", "KEY_ALIGN"]
 
 CHUNK_ELEMS = 1 << 19  # output elements per fused call (2 MiB in float32)
 
@@ -56,10 +71,11 @@ class Band:
     right: int
     off: int  # key position of query 0
     b: int
+    pad: int = 0  # keys after each interior window that no query of its block sees (kernel alignment)
 
     @property
     def w(self) -> int:
-        return self.b + self.left + self.right
+        return self.b + self.left + self.right + self.pad
 
     @property
     def nblocks(self) -> int:
@@ -74,7 +90,7 @@ class Band:
         """Blocks [i0, i1) whose full window lies in [0, S) and that hold b queries."""
         b = self.b
         i0 = max(0, -(-(self.left - self.off) // b))
-        i1 = min(self.L // b, (self.S - b - self.off - self.right) // b + 1)
+        i1 = min(self.L // b, (self.S - b - self.off - self.right - self.pad) // b + 1)
         return (i0, i1) if i1 > i0 else (0, 0)
 
     def edges(self) -> list[tuple[int, int, int, int]]:
@@ -97,6 +113,36 @@ def band_of(mask, L: int, S: int) -> Band | None:
         return None
     b = 32 if left + right + 1 < 128 else 64
     return Band(L, S, left, right, alignment_offset(mask.align, L, S), min(b, L))
+
+
+def finite(*ts: torch.Tensor) -> bool:
+    """True when no tensor holds a NaN or inf: one sum each, in the tensor's own dtype (a bf16 sum
+    is 7x faster than one accumulated into float32; NaN and inf survive a sum, and a finite sum that
+    overflows only reads as not finite, which costs the fast path, never correctness)."""
+    return all(bool(torch.isfinite(t.detach().sum())) for t in ts)
+
+
+KEY_ALIGN = 64  # interior windows are padded to a multiple of this many keys when that is cheap
+
+
+def tuned(band: Band, dtype: torch.dtype, finite_kv: bool = True) -> Band:
+    """The band's block size and padding for float32 and bf16 (see the module docstring; other
+    dtypes keep ``band``, their rates were not measured). bf16 windows of 256 keys or more take the
+    tallest block b in {128, 256} with b <= window / 4, at least 128; with finite k and v
+    (``finite_kv``), each interior window is padded to a multiple of :data:`KEY_ALIGN` keys when
+    that adds at most an eighth of it."""
+    if dtype not in (torch.float32, torch.bfloat16):
+        return band
+    b, window = band.b, band.left + band.right + 1
+    if dtype == torch.bfloat16 and window >= 256:
+        b = 256 if 256 <= window // 4 else 128
+        b = min(b, band.L)
+    pad = 0
+    if finite_kv:
+        w = b + band.left + band.right
+        pad = -w % KEY_ALIGN
+        pad = pad if pad <= w // 8 else 0
+    return dataclasses.replace(band, b=b, pad=pad)
 
 
 def _additive(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -136,6 +182,7 @@ def band_forward(q, k, v, mask, band: Band, scale: float) -> tuple[torch.Tensor,
     lse_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
     out = torch.zeros(B, H, L, v.shape[-1], dtype=q.dtype, device=q.device)
     lse = torch.full((B, H, L), float("-inf"), dtype=lse_dtype, device=q.device)
+    band = tuned(band, q.dtype, finite(k, v))
     op, b = forward_op(), band.b
     if band.interior[1] > band.interior[0]:
         shared = _shared_mask(mask, band, q.dtype, q.device)

@@ -6,11 +6,13 @@ PARTIAL (:meth:`attnkit.core.masks.Mask.tile_states`, :mod:`attnkit.core.tiles`)
 
 * a segment of FULL tiles runs in one fused call without a mask;
 * a segment holding a PARTIAL tile has the mask evaluated on it (O(block × segment) bools, never
-  (L, S)) and handed to the kernel as an additive 0 / -inf mask, shaped (B or 1, H or 1, l, s)
-  for masks that depend on the batch row or head;
-* a key of a masked segment that no query of the block may see (any batch row or head) is
-  replaced by 0 before the call (:mod:`.leaks`: a NaN there would reach the other rows through
-  ``NaN + -inf`` and ``0 · NaN``); rows of a segment with no allowed key are (0, -inf) there.
+  (L, S)) and handed to the kernel as an additive 0 / -inf mask, shaped (B or 1, 1, l, s) for
+  masks that depend on the batch row; these masks are computed once per shape and cached, equal
+  ones stored once (:mod:`.segment_masks`), so the layers and steps of a model reuse them;
+* a key of a masked segment that no query of the block may see (any batch row) is replaced by 0
+  before the call when k or v holds a NaN or inf (:mod:`.leaks`: it would reach the other rows
+  through ``NaN + -inf`` and ``0 · NaN``; a finite dead key's weight is exactly 0, so finite
+  inputs skip the select); rows of a segment with no allowed key are (0, -inf) there.
 
 The segments of one query block are merged by log-sum-exp into a float32 accumulator (float64 for
 float64), then written once into the preallocated output. The backward feeds each segment's call
@@ -29,9 +31,10 @@ import torch
 
 from ...core.masks import values_readable
 from ...core.tiles import EMPTY, FULL, TileGrid
+from .fused_band import finite
 from .fused_gate import backward_op, forward_op
 from .fused_merge import empty_rows_to_neginf, lse_for_backward, merge_into
-from .leaks import live_keys
+from .segment_masks import segment_masks
 
 __all__ = ["BLOCK", "Segments", "segments_of", "tiles_forward", "tiles_backward"]
 
@@ -78,23 +81,18 @@ def segments_of(mask, L: int, S: int) -> Segments | None:
     return Segments(tuple(blocks))
 
 
-def _segment(mask, q, k, v, q0, q1, k0, k1, full, L, S):
-    """(k, v of the segment with dead keys zeroed, additive mask or None, allowed rows (b, h, l)
-    or None, live keys (b, Hkv|1, s, 1) or None)."""
+def _segment(masks, q, k, v, q0, q1, k0, k1, full, zero_dead: bool = True):
+    """(k, v of the segment, its :class:`~.segment_masks.SegmentMask` or None for a FULL segment).
+    With ``zero_dead`` the keys no query of the block may see are replaced by 0 (a select, not a
+    product: a NaN there goes too); callers whose k and v are finite may skip it, as a finite dead
+    key's weight is exactly 0."""
     ks, vs = k[:, :, k0:k1], v[:, :, k0:k1]
     if full:
-        return ks, vs, None, None, None
-    B, H = q.shape[:2]
-    allowed = mask.evaluate((q0, q1), (k0, k1), L, S, batch=B, heads=H, device=q.device)  # (b, h, l, s)
-    live = live_keys(allowed, k.shape[1])
-    if bool(live.all()):
-        live = None
-    else:  # a select, not a product: a NaN in a dead key goes too
-        ks, vs = torch.where(live, ks, 0.0), torch.where(live, vs, 0.0)
-    add = torch.zeros(allowed.shape, dtype=q.dtype, device=q.device).masked_fill_(~allowed, float("-inf"))
-    if add.shape[0] == 1 and add.shape[1] == 1:
-        add = add[0, 0]
-    return ks, vs, add, allowed.any(-1), live
+        return ks, vs, None
+    seg = masks((q0, q1), (k0, k1))
+    if zero_dead and seg.live is not None:
+        ks, vs = torch.where(seg.live, ks, 0.0), torch.where(seg.live, vs, 0.0)
+    return ks, vs, seg
 
 
 def tiles_forward(q, k, v, mask, segs: Segments, scale: float):
@@ -105,14 +103,18 @@ def tiles_forward(q, k, v, mask, segs: Segments, scale: float):
     out = torch.zeros(B, H, L, v.shape[-1], dtype=q.dtype, device=q.device)
     lse = torch.full((B, H, L), float("-inf"), dtype=work, device=q.device)
     op = forward_op()
+    masks = segment_masks(mask, L, S, batch=B, kv_heads=k.shape[1], dtype=q.dtype, device=q.device)
+    zero_dead = not finite(k, v)  # two O(n) sums instead of a select per segment
     for q0, q1, seg_list in segs.blocks:
         qt = q[:, :, q0:q1]
         acc, acc_lse = None, lse[:, :, q0:q1]
         for k0, k1, full in seg_list:
-            ks, vs, add, rows, _ = _segment(mask, q, k, v, q0, q1, k0, k1, full, L, S)
-            o, l2 = op(qt, ks, vs, attn_mask=add, scale=scale)
-            if rows is not None:
-                empty_rows_to_neginf(o, l2, rows.expand(B, H, q1 - q0))
+            ks, vs, seg = _segment(masks, q, k, v, q0, q1, k0, k1, full, zero_dead)
+            if seg is not None and seg.empty:
+                continue
+            o, l2 = op(qt, ks, vs, attn_mask=None if seg is None else seg.add, scale=scale)
+            if seg is not None and seg.rows is not None:
+                empty_rows_to_neginf(o, l2, seg.rows.expand(B, H, q1 - q0))
             if acc is None:
                 acc = o.to(work)
                 acc_lse.copy_(l2)
@@ -133,10 +135,14 @@ def tiles_backward(dout, q, k, v, out, lse, mask, segs: Segments, scale: float):
     dv = torch.zeros(v.shape, dtype=work, device=v.device)
     bop = backward_op()
     lse_b = lse_for_backward(lse)
+    masks = segment_masks(mask, L, S, batch=B, kv_heads=k.shape[1], dtype=q.dtype, device=q.device)
     for q0, q1, seg_list in segs.blocks:
         r = slice(q0, q1)
         for k0, k1, full in seg_list:
-            ks, vs, add, _, live = _segment(mask, q, k, v, q0, q1, k0, k1, full, L, S)
+            ks, vs, seg = _segment(masks, q, k, v, q0, q1, k0, k1, full)
+            if seg is not None and seg.empty:
+                continue
+            add, live = (None, None) if seg is None else (seg.add, seg.live)
             g = bop(dout[:, :, r], q[:, :, r], ks, vs, out[:, :, r], lse_b[:, :, r], 0.0, False, attn_mask=add, scale=scale)
             dq[:, :, r] += g[0]
             gk, gv = (g[1], g[2]) if live is None else (torch.where(live, g[1], 0.0), torch.where(live, g[2], 0.0))
