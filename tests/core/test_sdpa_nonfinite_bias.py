@@ -54,3 +54,15 @@ def test_finite_computed_biases_keep_the_fast_path():
     for kind in ("t5", "shaw", "alibi"):
         assert not computed_bias_unsafe(_poisoned(kind, 0.5))
     assert not computed_bias_unsafe(None)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_the_finite_check_sees_one_nan_or_inf_in_every_dtype_and_passes_ordinary_values(dtype):
+    from attnkit.backends.nonfinite import all_finite
+    big = 6e4 if dtype == torch.float16 else 1e30  # ordinary large values: a sum in float16 would overflow
+    x = torch.full((8, 512, 64), big, dtype=dtype)
+    assert all_finite(x)
+    for bad in (float("nan"), float("inf"), float("-inf")):
+        y = x.clone()
+        y[3, 100, 7] = bad
+        assert not all_finite(y), (dtype, bad)
