@@ -41,7 +41,7 @@ from ..core.call import AttentionCall
 from ..core.masks import CausalMask
 from ..core.output import BackendResult, materialized
 from ..core.tiles import kept_fraction
-from . import sdpa_flash
+from . import sdpa_flash, sdpa_mask_cache
 from .nonfinite import needs_exact, run_exact
 
 
@@ -90,9 +90,21 @@ def kernel_layout(t: torch.Tensor) -> torch.Tensor:
     (``x[..., ::2]``), transposed in storage (``x.transpose(-1, -2)``) or expanded is copied; a
     size-1 head dim has no stride to get wrong. The op reads its ``attn_mask`` correctly whatever
     its strides (a transposed dense bias: tests/core/test_layouts.py), so that is not copied."""
-    if t.shape[-1] == 1 or t.stride(-1) == 1:
+    if (t.shape[-1] == 1 or t.stride(-1) == 1) and not _odd_unit_strides(t):
         return t
-    return t.contiguous()
+    return t.clone(memory_format=torch.contiguous_format)
+
+
+def _odd_unit_strides(t: torch.Tensor) -> bool:
+    """A size-1 dim whose stride is not the row-major one (an expanded or channels-last view of a
+    tensor with size-1 dims): ``is_contiguous()`` ignores those strides, the fused op does not
+    (k, v of shape (1, 1, 1, E) laid out that way gave outputs off by 1e10, seen with torch 2.13)."""
+    acc = 1
+    for n, st in zip(reversed(t.shape), reversed(t.stride())):
+        if n == 1 and st != acc:
+            return True
+        acc *= n
+    return False
 
 
 def work_dtype(call: AttentionCall) -> torch.dtype:
@@ -117,17 +129,6 @@ def _functorch_wrapped(t: torch.Tensor) -> bool:
     return not torch.compiler.is_compiling() and torch._C._functorch.is_functorch_wrapped_tensor(t)
 
 
-def _dead_keys(allowed: torch.Tensor, Hkv: int) -> torch.Tensor:
-    """(B|1, Hkv|1, S, 1) True for keys no query of any head sharing that kv head may see: what a
-    program may leave garbage in (padding, unused cache slots). allowed (B|1, H|1, L, S)."""
-    Bm, Hm, L, S = allowed.shape
-    if Hm > 1:
-        seen = allowed.reshape(Bm, Hkv, Hm // Hkv, L, S).any(2).any(-2)  # (B|1, Hkv, S)
-    else:
-        seen = allowed.any(-2)  # (B|1, 1, S)
-    return (~seen).unsqueeze(-1)
-
-
 def run(call: AttentionCall) -> BackendResult:
     if needs_exact(call):  # NaN/inf in q, k or v: the fused op would zero a NaN query row (..nonfinite)
         return run_exact(call)
@@ -138,20 +139,25 @@ def run(call: AttentionCall) -> BackendResult:
     mats = []
     attn_mask = None
     empty_rows = None
-    allowed = None
+    allowed = prep = None
     is_causal = call.mask is not None and _uses_is_causal(call)
     if is_causal and L < S:
         # top-left causal: keys L.. are seen by no query; the kernel's tiles may still multiply them by 0
         dead = torch.arange(S, device=k.device).view(S, 1) >= L
         k, v = k.masked_fill(dead, 0.0), v.masked_fill(dead, 0.0)
     elif call.mask is not None and not is_causal:
-        allowed = call.mask.materialize(L, S, batch=B, heads=H, device=q.device)
+        # the dense mask, dead keys and empty rows, reused across calls with the same mask (.sdpa_mask_cache)
+        prep = sdpa_mask_cache.prepared(call.mask, B, H, k.shape[1], L, S, q)
+        allowed = prep.allowed
         mats.append(materialized("mask", allowed))
         # what the mask removes must not reach the output or the gradients: 0 * NaN in p @ v is NaN,
         # and a score's transform of k (cosine's norm) turns a NaN key into NaN gradients, so zero
         # dead keys and values before anything touches them
-        dead = _dead_keys(allowed, k.shape[1])
-        k, v = k.masked_fill(dead, 0.0), v.masked_fill(dead, 0.0)
+        # dead keys that provably cannot reach the result are left in place (.sdpa_mask_cache.dead_keys_inert);
+        # the fill's copy also hands the kernel contiguous k, v, so it is skipped only where they already are
+        contiguous = sdpa_mask_cache.plain_strides(k) and sdpa_mask_cache.plain_strides(v)
+        if not (contiguous and (not prep.any_dead or sdpa_mask_cache.dead_keys_inert(call, q, k, v))):
+            k, v = k.masked_fill(prep.dead, 0.0), v.masked_fill(prep.dead, 0.0)
     q, k = call.score.as_dot(q, k)
     if allowed is not None or call.bias is not None:
         if call.bias is not None:
@@ -163,8 +169,7 @@ def run(call: AttentionCall) -> BackendResult:
             empty_rows = ~(attn_mask != float("-inf")).any(-1)  # (B|1, H|1, L)
             attn_mask = attn_mask.masked_fill(empty_rows.unsqueeze(-1), 0.0)
         else:
-            empty_rows = ~allowed.any(-1)
-            attn_mask = allowed | empty_rows.unsqueeze(-1)
+            empty_rows, attn_mask = prep.empty_rows, prep.kernel_mask
     if empty_rows is not None:
         # a query row that may see no key is unmasked for the kernel, so its scores are real products:
         # zero it, or a huge or NaN q there would reach dk through the backward (0 · inf)
@@ -177,7 +182,9 @@ def run(call: AttentionCall) -> BackendResult:
     # enable_gqa reads kv head h // groups without a copy (with E != Ev it would run the math path).
     grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
     if _fused(call) and (call.groups == 1 or grad or call.sinks is not None or q.shape[-1] != v.shape[-1]):
-        if attn_mask is not None and attn_mask.dtype == torch.bool:
+        if prep is not None and attn_mask is prep.kernel_mask:
+            attn_mask = prep.additive_mask(work)
+        elif attn_mask is not None and attn_mask.dtype == torch.bool:
             attn_mask = torch.zeros((), dtype=work, device=q.device).masked_fill(~attn_mask, float("-inf"))
         if attn_mask is not None:
             attn_mask = attn_mask.expand(attn_mask.shape[0], attn_mask.shape[1], L, S)

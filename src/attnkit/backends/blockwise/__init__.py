@@ -85,6 +85,10 @@ On CPU, calls with the plain dot score, no bias, no dropout and no returned weig
 algorithm on PyTorch's fused flash kernel instead of the Python tile loop (:mod:`.fused_function`:
 no mask, causal, banded windows, and other masks by their tile states), behind a torch-version
 gate and a one-time self-test (:mod:`.fused_gate`); explicit tile sizes select the tile loop.
+Calls with a relative-position bias (ALiBi, T5, Shaw; float32 / float64; no mask, or one of
+key - query only: causal, windows; otherwise the same conditions) run one kernel call per query
+block with the block's bias as the kernel's float mask, a view of the bias's values per offset
+(:mod:`.fused_relative`); their gradients come from the tile loop's backward.
 
 Shape legend: B batch, H query heads, Hkv key/value heads (GQA: query head h reads kv head
 h // (H / Hkv)), L queries, S keys, E query/key dim, Ev value dim; l, s: one tile's query and key
@@ -102,7 +106,8 @@ from ..nonfinite import needs_exact, run_exact
 from ..tiling import EMPTY, PARTIAL, default_tiles, set_tile_sizes, tile_map
 from .cost import estimate
 from .function import _BlockwiseFunction, _BlockwiseFunctionCtx
-from .fused_function import PATH_NAMES, route_of, run_fused
+from .fused_function import route_of, run_fused
+from .fused_relative import relative_route_of, run_relative
 from .leaks import live_key_rows
 from .params import _bias_params
 from .plan import _Plan
@@ -185,8 +190,7 @@ def blockwise_attention(
         if val is not None and (isinstance(val, bool) or not isinstance(val, int) or val <= 0):
             raise ValueError(f"{name} must be a positive int tile size or None (automatic), got {val!r}")
     res = _blockwise(call, block_q, block_kv, seed)
-    route = route_of(call, block_q, block_kv)
-    path = PATH_NAMES[route.kind] if route is not None else "Python tile loop"
+    path = res.route or "Python tile loop"  # the path that ran (fused kernel, bias route, tile loop)
     if needs_exact(call):
         path = "the reference's computation (non-finite inputs)"
     report = Report("blockwise", f"called directly (blockwise_attention); path: {path}", materialized=res.materialized,
@@ -201,6 +205,9 @@ def _blockwise(call: AttentionCall, block_q: int | None, block_kv: int | None, s
     route = route_of(call, block_q, block_kv)  # PyTorch's fused kernel where it serves the call (:mod:`.fused_function`)
     if route is not None:
         return run_fused(call, route, _blockwise)
+    rel_route = relative_route_of(call, block_q, block_kv)  # a relative bias on the fused kernel (:mod:`.fused_relative`)
+    if rel_route is not None:
+        return run_relative(call, rel_route, lambda c: _blockwise(c, *default_tiles(c.mask, c.L, c.S, c.q.dtype, c.q.device), seed))
     q, k, v = call.q, call.k, call.v
     B, H, L, E = q.shape
     Hkv, S = k.shape[1], k.shape[2]

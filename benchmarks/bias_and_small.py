@@ -1,0 +1,264 @@
+"""Two rows of the performance goals: biases at n = 8k, and small masked calls against SDPA.
+
+**Biases at 8k** (``bias8k``): ALiBi, T5 buckets and a custom bias function (a per-head
+log-distance penalty, which declares no structure), each unmasked and causal, float32, one thread,
+B=1, H=8, E=64, forward. Each (case, implementation) runs in a fresh subprocess (time: one warm-up,
+then the median of ``--reps`` calls; memory: the peak resident memory above what was live after the
+warm-up, VmHWM - VmRSS, as ``flex_race.py`` measures it):
+
+* ``blockwise`` — ``attnkit.attention(..., backend="blockwise")`` of this tree;
+* ``blockwise_before`` — the same call on the code under ``--before-src`` (a checkout of the
+  previous commit, e.g. ``git worktree add /tmp/pb_before HEAD``); skipped when not given. The
+  custom bias declares no structure, so both run the Python tile loop there (a control);
+* ``sdpa_dense_bias`` — ``F.scaled_dot_product_attention`` with the dense (1, H, L, S) float bias
+  (the mask folded in as -inf), built once outside the timed calls and so not in its peak
+  (``dense_bias_mib``: 2 GiB at 8k);
+* ``auto`` — ``attnkit.attention`` with backend ``auto``; the report's path is recorded.
+
+Ratios (``speedup_vs_blockwise_before``, ``ratio_to_sdpa_dense_bias``) are between rows of the same run.
+
+**Small masked calls** (``small``): n in {64, 128, 256, 512}, B in {1, 8}, H=8, E=64, float32, one
+thread, masks causal, sliding window (64 keys back), key padding (a quarter of the keys of every
+other sequence) and documents (four per sequence). ``auto`` (``attnkit.attention``, default backend)
+against SDPA with the dense bool mask built once outside the timed call; the two are timed
+interleaved, call by call, in one process, so load drift hits both alike; medians of ``--small-runs``
+calls, and ``ratio = auto / sdpa`` (the goal: at most 1.2). With ``--before-src`` the same rows are
+measured on that code too (``code``: ``"this tree"`` / ``"before"``).
+
+Run:  PYTHONPATH=src python benchmarks/bias_and_small.py [--quick] [--part bias8k|small]
+      [--only PATTERN] [--before-src /tmp/pb_before/src] [--reps 3]
+Saves benchmarks/results/bias_and_small.json (``_quick`` with ``--quick``) after every row; a run keeps
+the rows of the other part. Each row records the 1-minute load average; the file records the CPU's flags.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script: its sibling helpers
+from flex_race import cpu_flags  # noqa: E402
+from proc_memory import reset_peak, status_kib  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results"
+B, H, E = 1, 8, 64
+N_BIAS, QUICK_N = 8192, 1024
+BIASES = ("alibi", "t5", "custom")
+MASKS_8K = ("none", "causal")
+IMPLS_8K = ("blockwise", "blockwise_before", "sdpa_dense_bias", "auto")
+SMALL_N = (64, 128, 256, 512)
+SMALL_B = (1, 8)
+SMALL_MASKS = ("causal", "window", "padding", "document")
+
+
+def _bias(kind: str):
+    import torch
+
+    from attnkit import biases
+
+    if kind == "alibi":
+        return biases.ALiBi(H)
+    if kind == "t5":
+        torch.manual_seed(0)
+        return biases.T5RelativeBias(H, bidirectional=True)
+    slopes = torch.linspace(0.05, 0.5, H)
+
+    def log_distance(b, h, q, kv):  # a user's function: attnkit knows only that it depends on the head
+        return -slopes[h] * torch.log1p((q - kv).abs().float())
+
+    return biases.custom_bias(log_distance, depends_on=("h",))
+
+
+def _mask_8k(kind: str):
+    from attnkit import masks
+
+    return None if kind == "none" else masks.causal()
+
+
+def bias_worker(bias_kind: str, mask_kind: str, impl: str, n: int, reps: int) -> dict:
+    import torch
+    import torch.nn.functional as F
+
+    import attnkit
+
+    torch.set_num_threads(1)
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(B, H, n, E, generator=g) for _ in range(3))
+    bias, mask = _bias(bias_kind), _mask_8k(mask_kind)
+    path = None
+    extra = {}
+    if impl == "sdpa_dense_bias":
+        with torch.no_grad():
+            dense = bias.materialize(n, n, heads=H).contiguous()  # (1, H, L, S) float32
+            if mask is not None:
+                dense.masked_fill_(~mask.materialize(n, n), float("-inf"))
+        extra["dense_bias_mib"] = dense.numel() * dense.element_size() / 2**20
+
+        def fn():
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=dense)
+    else:
+        backend = "auto" if impl == "auto" else "blockwise"
+
+        def fn():
+            nonlocal path
+            res = attnkit.attention(q, k, v, bias=bias, mask=mask, backend=backend)
+            path = f"{res.report.backend}: {res.report.reason}"
+            return res.out
+
+    with torch.no_grad():
+        t0 = time.perf_counter()
+        fn()
+        first = time.perf_counter() - t0
+        times = []
+        for _ in range(reps):
+            t = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t)
+        exact = reset_peak()
+        before = status_kib("VmRSS")
+        fn()
+        peak = status_kib("VmHWM") - before
+    return {"part": "bias8k", "case": f"{bias_kind}_{mask_kind}", "impl": impl, "n": n, "reps": reps,
+            "median_ms": statistics.median(times) * 1e3, "times_ms": [t * 1e3 for t in times],
+            "first_call_ms": first * 1e3, "peak_above_live_mib": peak / 1024, "peak_exact": exact, "path": path, **extra}
+
+
+def _small_mask(kind: str, b: int, n: int):
+    import torch
+
+    from attnkit import masks
+
+    if kind == "causal":
+        return masks.causal()
+    if kind == "window":
+        return masks.sliding_window(63, 0)
+    if kind == "padding":
+        return masks.padding_mask([n - (n // 4) * (i % 2) for i in range(b)], n)
+    return masks.document((torch.arange(n) * 4 // n).expand(b, n).contiguous())
+
+
+def small_worker(runs: int, quick: bool) -> list[dict]:
+    import torch
+    import torch.nn.functional as F
+
+    import attnkit
+
+    torch.set_num_threads(1)
+    rows = []
+    for n in SMALL_N[:2] if quick else SMALL_N:
+        for b in SMALL_B:
+            g = torch.Generator().manual_seed(0)
+            q, k, v = (torch.randn(b, H, n, E, generator=g) for _ in range(3))
+            for kind in SMALL_MASKS:
+                mask = _small_mask(kind, b, n)
+                dense = mask.materialize(n, n, batch=b)  # (B|1, 1, L, S) bool, built once
+                res = attnkit.attention(q, k, v, mask=mask)
+                ref = F.scaled_dot_product_attention(q, k, v, attn_mask=dense)
+                err = float((res.out - ref).abs().max())
+                ta, ts = [], []
+                with torch.no_grad():
+                    for _ in range(10):  # warm-up: caches, first-call paths
+                        attnkit.attention(q, k, v, mask=mask)
+                        F.scaled_dot_product_attention(q, k, v, attn_mask=dense)
+                    for _ in range(runs):
+                        t = time.perf_counter()
+                        attnkit.attention(q, k, v, mask=mask)
+                        ta.append(time.perf_counter() - t)
+                        t = time.perf_counter()
+                        F.scaled_dot_product_attention(q, k, v, attn_mask=dense)
+                        ts.append(time.perf_counter() - t)
+                a, s = statistics.median(ta) * 1e6, statistics.median(ts) * 1e6
+                rows.append({"part": "small", "case": f"{kind}_n{n}_B{b}", "mask": kind, "n": n, "B": b,
+                             "auto_us": a, "sdpa_dense_mask_us": s, "ratio": a / s, "runs": runs,
+                             "auto_path": f"{res.report.backend}: {res.report.reason}",
+                             "max_abs_diff_vs_sdpa": err, "loadavg_1min": os.getloadavg()[0]})
+                print(json.dumps({k: (round(v, 2) if isinstance(v, float) else v) for k, v in rows[-1].items()
+                                  if k != "auto_path"}), flush=True)
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help=f"bias rows at n = {QUICK_N}, small rows at n = 64, 128")
+    ap.add_argument("--part", choices=("bias8k", "small"), default=None, help="run one part only")
+    ap.add_argument("--only", default=None, help="bias8k: run only rows whose 'case:impl' contains this")
+    ap.add_argument("--before-src", default=None, help="src/ of the previous code, for blockwise_before")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--small-runs", type=int, default=300)
+    ap.add_argument("--worker", nargs=4, metavar=("BIAS", "MASK", "IMPL", "N"), help=argparse.SUPPRESS)
+    ap.add_argument("--small-worker", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        bias_kind, mask_kind, impl, n = args.worker
+        print(json.dumps(bias_worker(bias_kind, mask_kind, impl, int(n), args.reps)))
+        return
+    if args.small_worker:
+        print(json.dumps(small_worker(args.small_runs, args.quick)))
+        return
+    import torch
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "MALLOC_MMAP_THRESHOLD_": "65536",
+           "MALLOC_TRIM_THRESHOLD_": "0"}
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    path = RESULTS / ("bias_and_small_quick.json" if args.quick else "bias_and_small.json")
+    old = json.loads(path.read_text()) if path.exists() else {}
+    rows = [r for r in old.get("rows", []) if "error" not in r]
+    n = QUICK_N if args.quick else N_BIAS
+
+    def save():
+        for case in {r["case"] for r in rows if r["part"] == "bias8k"}:
+            base = {r["impl"]: r["median_ms"] for r in rows if r["case"] == case and "median_ms" in r}
+            for r in rows:
+                if r["case"] == case and "median_ms" in r:
+                    if "blockwise_before" in base:
+                        r["speedup_vs_blockwise_before"] = base["blockwise_before"] / r["median_ms"]
+                    if "sdpa_dense_bias" in base:
+                        r["ratio_to_sdpa_dense_bias"] = r["median_ms"] / base["sdpa_dense_bias"]
+        out = {"what": __doc__.splitlines()[0], "torch": torch.__version__, "threads": 1, "quick": args.quick,
+               "B": B, "H": H, "E": E, "n_bias": n, "before_src": args.before_src, "cpu": cpu_flags(),
+               "reps": args.reps, "small_runs": args.small_runs, "loadavg_at_save": os.getloadavg()[0], "rows": rows}
+        path.write_text(json.dumps(out, indent=1) + "\n")
+
+    if args.part in (None, "bias8k"):
+        for bias_kind in BIASES:
+            for mask_kind in MASKS_8K:
+                for impl in IMPLS_8K:
+                    case = f"{bias_kind}_{mask_kind}"
+                    if args.only and args.only not in f"{case}:{impl}":
+                        continue
+                    if impl == "blockwise_before" and not args.before_src:
+                        continue
+                    run_env = dict(env, PYTHONPATH=(args.before_src if impl == "blockwise_before" else src))
+                    cmd = [sys.executable, __file__, "--worker", bias_kind, mask_kind, impl, str(n), "--reps", str(args.reps)]
+                    p = subprocess.run(cmd, capture_output=True, text=True, env=run_env)
+                    if p.returncode != 0:
+                        row = {"part": "bias8k", "case": case, "impl": impl, "error": p.stderr.strip().splitlines()[-1:] or ["failed"]}
+                    else:
+                        row = json.loads(p.stdout.strip().splitlines()[-1])
+                    row["loadavg_1min"] = os.getloadavg()[0]
+                    rows[:] = [r for r in rows if not (r["part"] == "bias8k" and r["case"] == case and r["impl"] == impl)] + [row]
+                    save()
+                    print(json.dumps({k: (round(v, 1) if isinstance(v, float) else v) for k, v in row.items()
+                                      if k not in ("times_ms", "path")}), flush=True)
+    if args.part in (None, "small"):
+        rows[:] = [r for r in rows if r["part"] != "small"]
+        for code, code_src in (("this tree", src), ("before", args.before_src)):
+            if code_src is None:
+                continue
+            cmd = [sys.executable, __file__, "--small-worker", "--small-runs", str(args.small_runs)] + (["--quick"] if args.quick else [])
+            p = subprocess.run(cmd, capture_output=True, text=True, env=dict(env, PYTHONPATH=code_src))
+            if p.returncode != 0:
+                raise SystemExit(p.stderr)
+            rows.extend(dict(r, code=code) for r in json.loads(p.stdout.strip().splitlines()[-1]))
+            save()
+    print("saved", path)
+
+
+if __name__ == "__main__":
+    main()
