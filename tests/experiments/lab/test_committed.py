@@ -42,3 +42,18 @@ def test_committed_runs_reads_only_this_experiments_runs_from_the_given_folder(t
     line = describe_run("full", runs["full"])
     assert "demo/full/results.json" in line and "full preset, 3 seeds, 60 min" in line
     assert "3 个种子" in describe_run("full", runs["full"], "zh")
+
+
+def test_a_partial_run_is_never_shown_as_a_result(tmp_path):
+    """A worker that trained some seeds (``--set only_seeds``) writes results marked partial: neither the
+    committed runs nor the newest run the report reads may be that worker's, however new it is."""
+    from attnkit.experiments.lab.results import latest_results
+
+    root = tmp_path / "results"
+    write_run(root, "demo", "full", {"score": 1})
+    write_run(root, "demo", "worker", {"trained": ["m-seed1"], "partial": True}, finished="2026-12-05T00:00:00+00:00")
+    assert list(committed_runs("demo", root)) == ["full"]
+    doc, where = latest_results("demo", root)
+    assert doc["results"] == {"score": 1} and where.name == "full"
+    write_run(tmp_path / "only", "demo", "worker", {"partial": True})
+    assert latest_results("demo", tmp_path / "only") is None

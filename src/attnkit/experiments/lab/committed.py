@@ -17,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ...page.html import esc
-from .results import RESULTS_FILE, Results, read_doc
+from .results import RESULTS_FILE, Results, is_partial, read_doc
 
 
 def committed(name: str, root: str | Path | None) -> Path | None:
@@ -46,7 +46,7 @@ def committed_runs(experiment: str, root: str | Path | None):
     for run_dir in sorted(base.iterdir()) if base.is_dir() else ():
         path = run_dir / RESULTS_FILE
         doc = read_doc(path, experiment) if path.is_file() else None
-        if doc is not None:
+        if doc is not None and not is_partial(doc):
             out[run_dir.name] = Results.from_doc(doc, run_dir)
     return out
 

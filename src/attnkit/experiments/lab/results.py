@@ -37,6 +37,12 @@ class Results(dict):
         return cls(doc["results"], run_dir, {k: v for k, v in doc.items() if k != "results"})
 
 
+def is_partial(doc: dict) -> bool:
+    """True for the results of a run that is one part of a larger one (``"partial": true`` in its
+    results, e.g. a worker that trained only some seeds): not a result to show on its own."""
+    return bool(doc["results"].get("partial"))
+
+
 def read_doc(path: Path, experiment: str) -> dict | None:
     """The parsed results.json at ``path`` when it is this schema's and ``experiment``'s, else None
     (an unreadable file, another experiment's or another schema's is not this experiment's result)."""
@@ -51,12 +57,12 @@ def read_doc(path: Path, experiment: str) -> dict | None:
 
 
 def latest_results(name: str, runs: str | Path) -> tuple[dict, Path] | None:
-    """The newest (by ``finished``) results.json of experiment ``name`` anywhere under ``runs``:
-    ``(doc, run folder)``, or None when there is none."""
+    """The newest (by ``finished``) complete results.json of experiment ``name`` anywhere under
+    ``runs`` (partial ones, see :func:`is_partial`, are skipped): ``(doc, run folder)``, or None."""
     best = None
     root = Path(runs)
     for path in root.rglob(RESULTS_FILE) if root.is_dir() else ():
         doc = read_doc(path, name)
-        if doc is not None and (best is None or doc.get("finished", "") > best[0].get("finished", "")):
+        if doc is not None and not is_partial(doc) and (best is None or doc.get("finished", "") > best[0].get("finished", "")):
             best = (doc, path.parent)
     return best

@@ -213,6 +213,35 @@ def _check_config(cfg: dict) -> None:
             raise SetupError(f"--{key} must be an integer >= 1, got {v!r}")
 
 
+def _size_to_data(ctx, cfg: dict, data) -> tuple[dict, dict | None]:
+    """The config with the model and training sizes ruled from a user's TSV (``--set size_to_data``;
+    sizing.py), and the sizing record for the results (None for the built-in data sets or when off).
+    Keys the user set away from the preset keep the user's value."""
+    if not (cfg.get("size_to_data") and data.kind != "dates" and data.name != "bible"):  # only a user's TSV
+        return cfg, None
+    sizing = sz.size_for(data.train)
+    preset = QUICK if ctx.preset == "quick" else FULL
+    kept = sorted(k for k in sz.SIZED if cfg.get(k) != preset.get(k))  # set by the user: theirs wins
+    cfg = sz.apply(cfg, sizing, set(kept))
+    sizing["kept_from_config"] = {k: cfg[k] for k in kept}  # the rule's value for these was not used
+    ctx.log(sz.describe(sizing) + (f"; kept as set: {', '.join(f'{k}={cfg[k]}' for k in kept)}" if kept else ""))
+    return cfg, sizing
+
+
+def _optimizer(model, name: str, cfg: dict, total_steps: int):
+    """Adam at the model's rate and its per-step schedule (``lr_schedule``; None when the rate would
+    stay constant from step 0)."""
+    lr = cfg["lr_transformer"] if name == "transformer" else cfg["lr"]
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    # a Transformer trained at a high rate from step 0 stalls (post-LN especially; Vaswani et al. 2017
+    # §5.3 warm up over 4,000 steps): the rate rises linearly over the first `warmup` steps, then stays
+    # or decays along a cosine (cfg["schedule"]); None when it would stay constant from step 0
+    warmup = cfg.get("warmup_transformer", 0) if name == "transformer" else cfg.get("warmup", 0)
+    sched = lr_schedule(opt, total_steps=total_steps, warmup_steps=warmup,
+                        decay=cfg.get("schedule", "constant"), floor=cfg.get("lr_floor", 0.05))
+    return opt, sched
+
+
 def _run(ctx, cfg: dict) -> dict:
     if cfg.get("only_seeds") is not None and not set(cfg["only_seeds"]) <= set(ctx.seeds):
         raise SetupError(f"--set only_seeds={cfg['only_seeds']} must be among the run's seeds {ctx.seeds}; raise --seeds")
@@ -221,14 +250,7 @@ def _run(ctx, cfg: dict) -> dict:
     for side, c in data.info.get("tokenization", {}).items():
         ctx.log(f"tokenizer {side}: {c['kind']} ({c['vocab_size']} ids) — {c['reason']}")
     V_src, V_tgt = data.src_tok.vocab_size, data.tgt_tok.vocab_size
-    sizing = None
-    if cfg.get("size_to_data") and data.kind != "dates" and data.name != "bible":  # a user's TSV
-        sizing = sz.size_for(data.train)
-        preset = QUICK if ctx.preset == "quick" else FULL
-        kept = sorted(k for k in sz.SIZED if cfg.get(k) != preset.get(k))  # set by the user: theirs wins
-        cfg = sz.apply(cfg, sizing, set(kept))
-        sizing["kept_from_config"] = {k: cfg[k] for k in kept}  # the rule's value for these was not used
-        ctx.log(sz.describe(sizing) + (f"; kept as set: {', '.join(f'{k}={cfg[k]}' for k in kept)}" if kept else ""))
+    cfg, sizing = _size_to_data(ctx, cfg, data)
     cfg["params"] = cfg["params"] or cfg.get(f"params_{data.kind}", cfg["params_text"])  # --params, else the data kind's budget
     try:
         sizes = match_budget(cfg["models"], V_src, V_tgt, cfg)
@@ -250,14 +272,7 @@ def _run(ctx, cfg: dict) -> dict:
                 continue  # another process trains it; a later --resume run gathers every seed
             ctx.seed_everything(seed)
             model = build(name, sizes[name]["width"], V_src, V_tgt, cfg).to(ctx.device)
-            lr = cfg["lr_transformer"] if name == "transformer" else cfg["lr"]
-            opt = torch.optim.Adam(model.parameters(), lr=lr)
-            # a Transformer trained at a high rate from step 0 stalls (post-LN especially; Vaswani et al. 2017
-            # §5.3 warm up over 4,000 steps): the rate rises linearly over the first `warmup` steps, then stays
-            # or decays along a cosine (cfg["schedule"]); None when it would stay constant from step 0
-            warmup = cfg.get("warmup_transformer", 0) if name == "transformer" else cfg.get("warmup", 0)
-            sched = lr_schedule(opt, total_steps=epochs * steps_per_epoch, warmup_steps=warmup,
-                                decay=cfg.get("schedule", "constant"), floor=cfg.get("lr_floor", 0.05))
+            opt, sched = _optimizer(model, name, cfg, total_steps=epochs * steps_per_epoch)
             fit = ctx.fit(
                 model, train_data=data.train, batch_size=cfg["batch_size"], collate_fn=collate_pairs, loss_fn=ev.token_loss,
                 optimizer=opt, scheduler=sched, scheduler_every="step", batching=batching, epochs=epochs, tag=f"{name}-seed{seed}",
@@ -279,7 +294,7 @@ def _run(ctx, cfg: dict) -> dict:
         if runs:
             models[name] = _summarize(runs, sizes[name])
     if cfg.get("only_seeds") is not None:
-        return {"trained": trained, "note": "training only (--set only_seeds); gather every seed with --resume"}
+        return {"trained": trained, "partial": True, "note": "training only (--set only_seeds); gather every seed with --resume"}
     progress = summarize_progress({n: m["progress"] for n, m in models.items()})
     if warning(progress):
         ctx.log(warning(progress))
