@@ -1,0 +1,109 @@
+"""The README's table of the CPU speed goals, built from the committed benchmark JSON.
+
+    python benchmarks/goal_table.py            # prints the table's lines
+    python benchmarks/goal_table.py --readme   # writes them between the README's goal-table markers
+
+Each row reads one committed file (all one thread, fp32 unless said, B=1, H=8, E=64, medians):
+``flex_race.json`` (blockwise's fused route against compiled FlexAttention and SDPA in the same
+run), ``bf16_window.json``, ``bias_and_small.json`` (relative biases at 8k against the tile loop of
+the previous code, and small masked calls against SDPA given a prebuilt dense mask).
+``tests/docs/test_readme_goal_table.py`` checks that the README holds exactly these lines.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+HEADER = "| goal | measured | met |"
+
+
+def _load(results: Path, name: str) -> dict:
+    return json.loads((results / name).read_text(encoding="utf-8"))
+
+
+def _row(rows: list[dict], case: str, impl: str) -> dict:
+    found = [r for r in rows if r.get("case") == case and r.get("impl") == impl]
+    if len(found) != 1:
+        raise ValueError(f"expected one row case={case!r} impl={impl!r} in the JSON, found {len(found)}")
+    return found[0]
+
+
+def _yes(ok: bool) -> str:
+    return "yes" if ok else "**no**"
+
+
+def table_lines(results: Path = RESULTS) -> list[str]:
+    """The table (header, rule, one line per goal) as the committed JSON gives it."""
+    race, bf16, bs = (_load(results, f) for f in ("flex_race.json", "bf16_window.json", "bias_and_small.json"))
+    rows = race["rows"]
+    lines = [HEADER, "|---|---|---|"]
+
+    auto = _row(rows, "window256_16k_fp32_fwd", "attnkit_auto")
+    flex = _row(rows, "window256_16k_fp32_fwd", "flex")
+    speed = flex["median_ms"] / auto["median_ms"]
+    lines.append(f"| window 256, n=16k: ≥ 1.8× compiled Flex, no compile step | {auto['median_ms']:.0f} vs "
+                 f"{flex['median_ms']:.0f} ms = {speed:.2f}× (Flex compiled for {flex['first_call_ms'] / 1000:.1f} s first) "
+                 f"| {_yes(speed >= 1.8)} |")
+    mib = auto["peak_above_inputs_mib"]
+    lines.append(f"| same: peak memory above inputs ≤ 1.25× the {auto['output_mib']:.0f} MiB output | {mib:.1f} MiB "
+                 f"| {_yes(mib <= 1.25 * auto['output_mib'])} |")
+
+    ms = bf16["route"]["median_ms"]
+    ratio = ms["bfloat16"] / ms["float32"]
+    lines.append(f"| window 256, n=4k: bf16 ≤ 0.4 of the fp32 time | {ms['bfloat16']:.1f} / {ms['float32']:.1f} ms "
+                 f"= {ratio:.2f} | {_yes(ratio <= 0.4)} |")
+
+    goal = race["goals"]["window256_16k_fp32_fwdbwd:blockwise_fused"]
+    got = goal["measured"]
+    lines.append(f"| window 256, n=16k forward+backward: ≤ 450 ms, ≤ 150 MiB | {got['median_ms']:.0f} ms, "
+                 f"{got['peak_above_inputs_mib']:.0f} MiB | {_yes(goal['met'])} |")
+
+    c_auto, c_sdpa = _row(rows, "causal_8k_fp32_fwd", "attnkit_auto"), _row(rows, "causal_8k_fp32_fwd", "sdpa_causal")
+    cr = c_sdpa["median_ms"] / c_auto["median_ms"]
+    lines.append(f"| causal n=8k: ≥ 0.97× SDPA `is_causal` | {c_auto['median_ms']:.0f} vs {c_sdpa['median_ms']:.0f} ms "
+                 f"= {cr:.2f}× | {_yes(cr >= 0.97)} |")
+    p_auto, p_mask = (_row(rows, "causal_prefix_2k_8k_fp32_fwd", i) for i in ("attnkit_auto", "sdpa_mask"))
+    pr = p_mask["median_ms"] / p_auto["median_ms"]
+    lines.append(f"| causal, 2k queries after a cached 6k prefix (bottom-right): ≥ 0.97× SDPA | {p_auto['median_ms']:.0f} vs "
+                 f"{p_mask['median_ms']:.0f} ms (SDPA's `is_causal` is top-left here, so a mask) = {pr:.2f}× | {_yes(pr >= 0.97)} |")
+
+    window_ns = _row(rows, "window256_16k_fp32_fwd", "blockwise_fused")["ns_per_pair"]
+    per = {name: _row(rows, f"{name}_16k_fp32_fwd", "blockwise_fused")["ns_per_pair"] for name in ("document", "chunked", "prefix_lm")}
+    worst = max(per.values()) / window_ns
+    lines.append("| document / chunked / prefix-LM, n=16k: time per allowed pair within 1.3× the window's | "
+                 + " / ".join(f"{v:.1f}" for v in per.values()) + f" ns against {window_ns:.1f} ns | {_yes(worst <= 1.3)} |")
+
+    bias = {r["case"]: r for r in bs["rows"] if r["part"] == "bias8k" and r["impl"] == "auto"}
+    for kind, label in (("alibi", "ALiBi"), ("t5", "T5"), ("custom", "custom bias")):
+        speeds = [bias[f"{kind}_{m}"]["speedup_vs_blockwise_before"] for m in ("none", "causal")]
+        lines.append(f"| {label}, n=8k (no mask / causal): ≥ 1.5× the previous blockwise | "
+                     + " / ".join(f"{s:.2f}×" for s in speeds) + f" | {_yes(min(speeds) >= 1.5)} |")
+
+    small = [r for r in bs["rows"] if r["part"] == "small" and r.get("code") == "this tree"]
+    for n in sorted({r["n"] for r in small}):
+        worst = max(r["ratio"] for r in small if r["n"] == n)
+        best = min(r["ratio"] for r in small if r["n"] == n)
+        lines.append(f"| small masked calls, n={n} (B=1 and 8; causal, window, padding, document): ≤ 1.2× SDPA with a "
+                     f"dense mask | {best:.2f}–{worst:.2f}× | {_yes(worst <= 1.2)} |")
+    return lines
+
+
+def write_readme(readme: Path = RESULTS.parents[1] / "README.md") -> None:
+    """Replace the lines between ``<!-- goal-table:start -->`` and ``<!-- goal-table:end -->``."""
+    text = readme.read_text(encoding="utf-8")
+    start, end = "<!-- goal-table:start -->\n", "\n<!-- goal-table:end -->"
+    if start not in text or end not in text:
+        raise ValueError(f"{readme} has no goal-table markers; add {start.strip()} and {end.strip()} around the table")
+    head, rest = text.split(start, 1)
+    readme.write_text(head + start + "\n".join(table_lines()) + end + rest.split(end, 1)[1], encoding="utf-8")
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:] == ["--readme"]:
+        write_readme()
+    else:
+        print("\n".join(table_lines()))

@@ -1,0 +1,49 @@
+"""The README's table of CPU speed goals is exactly what ``benchmarks/goal_table.py`` builds from the
+committed benchmark JSON: re-running a benchmark that changes a number, or editing the README by
+hand, fails here until the two agree again."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "benchmarks" / "goal_table.py"
+
+pytestmark = pytest.mark.skipif(not SCRIPT.is_file(), reason="needs a source checkout")
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("goal_table", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _readme_block() -> list[str]:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    found = re.search(r"<!-- goal-table:start -->\n(.*?)\n<!-- goal-table:end -->", text, re.S)
+    assert found, "README.md has no goal table between its markers"
+    return found.group(1).splitlines()
+
+
+def test_the_readme_goal_table_is_rebuilt_from_the_committed_json():
+    assert _readme_block() == _module().table_lines()
+
+
+def test_the_table_follows_its_json(tmp_path):
+    """A changed number in the JSON changes the table (the table is computed, not copied)."""
+    mod = _module()
+    for name in ("flex_race.json", "bf16_window.json", "bias_and_small.json"):
+        (tmp_path / name).write_text((mod.RESULTS / name).read_text(encoding="utf-8"), encoding="utf-8")
+    race = json.loads((tmp_path / "flex_race.json").read_text(encoding="utf-8"))
+    race["goals"]["window256_16k_fp32_fwdbwd:blockwise_fused"] = {"measured": {"median_ms": 400.0, "peak_above_inputs_mib": 99.0}, "met": True}
+    (tmp_path / "flex_race.json").write_text(json.dumps(race), encoding="utf-8")
+    lines = mod.table_lines(tmp_path)
+    row = next(line for line in lines if "forward+backward" in line)
+    assert "400 ms, 99 MiB | yes |" in row
+    assert lines != mod.table_lines()
