@@ -230,6 +230,59 @@ class _RingAttention(torch.autograd.Function):
         return dq, dk, dv, None
 
 
+def _dot_operands(q: torch.Tensor, k: torch.Tensor, score, dropout_p, return_weights):
+    """The score and its dot-product form (q', k'), after refusing what the ring cannot do
+    (weights, dropout, a score with no dot form)."""
+    if not isinstance(return_weights, bool) or return_weights:
+        raise ValueError(f"ring attention never forms the (L, L) weights, so return_weights must be False, got {return_weights!r}")
+    if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)) or dropout_p != 0:
+        raise ValueError(f"ring attention has no attention weights to drop out, so dropout_p must be 0, got {dropout_p!r}")
+    sc = as_score(score)
+    qk = sc.as_dot(q, k)
+    if qk is None:
+        raise ValueError(f"ring attention needs a score with a dot-product form, got {sc.name!r}; use scaled_dot, dot, cosine or general")
+    return sc, qk
+
+
+def _zero_padding(tensors, layout: str, rank: int, world_size: int, chunk_len: int, L: int) -> tuple:
+    """Each (B, ·, Lr, ·) tensor with this rank's rows at global positions >= L zeroed.
+
+    Those positions are padding: masked, but a caller's buffer may hold anything there (NaN, inf),
+    and 0 * NaN in p @ v is NaN, so they are zeroed before any product (gradients there are then 0)."""
+    t0 = tensors[0]
+    pad = _chunk_positions(rank_chunks(layout, rank, world_size), chunk_len, t0.device) >= L  # (Lr,)
+    return tuple(t.masked_fill(pad.view(-1, 1), 0.0) for t in tensors)
+
+
+def _agree_across_ranks(exact: bool, q, k, v, the_mask, layout: str, seq_len: int | None, group, wait_for) -> bool:
+    """Whether NaN or inf is in the inputs of any rank (``exact`` is this rank's answer). Every rank
+    also compares its shapes, causality, layout and seq_len with the others' here, so a mismatch
+    raises the same ValueError on every rank (``check_agreement``) instead of a hang."""
+    if dist.get_world_size(group) <= 1:
+        return exact
+    B, H, Lr, E = q.shape
+    is_causal = isinstance(the_mask, M.CausalMask)
+    row = [B, H, k.shape[1], Lr, E, v.shape[-1], int(is_causal), LAYOUTS.index(layout), -1 if seq_len is None else seq_len]
+    return bool(check_agreement(row + [int(exact)], group, wait_for, q.device)[:, -1].any())
+
+
+def _check_global_extent(seq_len: int | None, world_size: int, Lr: int, the_mask, the_bias, B: int) -> None:
+    """Checks that need the whole sequence: seq_len fits the W * Lr sharded rows, and the mask and
+    bias (dense tensors, per-sequence ids) cover all L global positions and the batch."""
+    total = world_size * Lr
+    if seq_len is not None and seq_len > total:
+        raise ValueError(f"seq_len={seq_len} exceeds the sharded length W * Lr = {world_size} * {Lr} = {total}")
+    L = total if seq_len is None else seq_len
+    for name, obj, build in (("mask", the_mask, lambda m: m.predicate(L, L)), ("bias", the_bias, lambda b: b.bias_fn(L, L))):
+        if obj is not None:
+            try:
+                build(obj)  # dense tensors and per-sequence ids must cover the whole sequence
+            except ValueError as e:
+                raise ValueError(f"ring_attention's {name} is over global positions of all L={L} tokens: {e}") from None
+    if the_mask is not None and the_mask.batch_size not in (None, B):
+        raise ValueError(f"mask was built for batch size {the_mask.batch_size} but q has B={B}; build it for this batch")
+
+
 def ring_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -278,14 +331,7 @@ def ring_attention(
     if causal is not None:
         warnings.warn("ring_attention(causal=...) is deprecated; pass mask=attnkit.masks.causal()", DeprecationWarning, stacklevel=2)
     check_local(q, k, v, False if causal is None else causal, scale, layout, seq_len)
-    if not isinstance(return_weights, bool) or return_weights:
-        raise ValueError(f"ring attention never forms the (L, L) weights, so return_weights must be False, got {return_weights!r}")
-    if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)) or dropout_p != 0:
-        raise ValueError(f"ring attention has no attention weights to drop out, so dropout_p must be 0, got {dropout_p!r}")
-    sc = as_score(score)
-    qk = sc.as_dot(q, k)
-    if qk is None:
-        raise ValueError(f"ring attention needs a score with a dot-product form, got {sc.name!r}; use scaled_dot, dot, cosine or general")
+    sc, (qd, kd) = _dot_operands(q, k, score, dropout_p, return_weights)
     the_mask = resolve_mask(mask, bool(causal))
     the_bias = resolve_bias(bias)
     wait_for = check_timeout(timeout)
@@ -293,29 +339,13 @@ def ring_attention(
     rank, world_size = dist.get_rank(group), dist.get_world_size(group)
     B, H, Lr, E = q.shape
     total = world_size * Lr
-    is_causal = isinstance(the_mask, M.CausalMask)
     L = total if seq_len is None else seq_len
     chunk_len = Lr // chunks_per_rank(layout)
-    qd, kd = qk
     if L < total:
-        # positions >= L are padding: masked, but a caller's buffer may hold anything there (NaN, inf),
-        # and 0 * NaN in p @ v is NaN, so zero them before any product (gradients there are then 0)
-        pad = _chunk_positions(rank_chunks(layout, rank, world_size), chunk_len, q.device) >= L  # (Lr,)
-        qd, kd, v = (t.masked_fill(pad.view(-1, 1), 0.0) for t in (qd, kd, v))
+        qd, kd, v = _zero_padding((qd, kd, v), layout, rank, world_size, chunk_len, L)
     exact = local_nonfinite(qd, kd, v, the_bias)  # NaN/inf anywhere: the gathered reference (ring_exact)
-    if world_size > 1:
-        row = [B, H, k.shape[1], Lr, E, v.shape[-1], int(is_causal), LAYOUTS.index(layout), -1 if seq_len is None else seq_len]
-        exact = bool(check_agreement(row + [int(exact)], group, wait_for, q.device)[:, -1].any())
-    if seq_len is not None and seq_len > total:
-        raise ValueError(f"seq_len={seq_len} exceeds the sharded length W * Lr = {world_size} * {Lr} = {total}")
-    for name, obj, build in (("mask", the_mask, lambda m: m.predicate(L, L)), ("bias", the_bias, lambda b: b.bias_fn(L, L))):
-        if obj is not None:
-            try:
-                build(obj)  # dense tensors and per-sequence ids must cover the whole sequence
-            except ValueError as e:
-                raise ValueError(f"ring_attention's {name} is over global positions of all L={L} tokens: {e}") from None
-    if the_mask is not None and the_mask.batch_size not in (None, B):
-        raise ValueError(f"mask was built for batch size {the_mask.batch_size} but q has B={B}; build it for this batch")
+    exact = _agree_across_ranks(exact, q, k, v, the_mask, layout, seq_len, group, wait_for)
+    _check_global_extent(seq_len, world_size, Lr, the_mask, the_bias, B)
     cfg = _RingConfig(
         group=group,
         rank=rank,
@@ -332,10 +362,20 @@ def ring_attention(
         H=H,
         Hkv=k.shape[1],
     )
+    return _compute(qd, kd, v, cfg, chunk_len, exact)
+
+
+def _compute(
+    qd: torch.Tensor, kd: torch.Tensor, v: torch.Tensor, cfg: _RingConfig, chunk_len: int, exact: bool
+) -> AttentionOutput:
+    """The ring over q' (B, H, Lr, E), k' (B, Hkv, Lr, E), v (B, Hkv, Lr, Ev); or, when ``exact``
+    (NaN or inf in some rank's inputs), the reference on the sequence gathered from every rank."""
     if exact:
         out = gathered_reference(qd, kd, v, cfg, chunk_len)
-        report = Report("ring", f"NaN or inf in the inputs of some rank: the reference on the sequence gathered from {world_size} ranks")
+        report = Report(
+            "ring", f"NaN or inf in the inputs of some rank: the reference on the sequence gathered from {cfg.world_size} ranks"
+        )
         return AttentionOutput(out, None, None, report)
     out = _RingAttention.apply(qd, kd, v, cfg)
-    report = Report("ring", f"ring attention over {world_size} ranks, layout {layout!r}")
+    report = Report("ring", f"ring attention over {cfg.world_size} ranks, layout {cfg.layout!r}")
     return AttentionOutput(out, None, None, report)

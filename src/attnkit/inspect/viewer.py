@@ -179,6 +179,76 @@ def _diagnostics(diagnostics) -> dict:
     }
 
 
+def _layer_ids(attentions, count: int) -> list[int]:
+    """The real layer index of each of the ``count`` entries: ``capture(...).attentions`` carries
+    them (the page names layers by them); otherwise 0, 1, ..."""
+    layer_ids = getattr(attentions, "layers", None)
+    return list(range(count)) if layer_ids is None else [int(i) for i in layer_ids]
+
+
+def _warn_if_large(layers: list[np.ndarray]) -> None:
+    """Warn (at render_html's caller) when the weights would make a page of tens of MB."""
+    total = sum(a.size for a in layers)
+    if total > LARGE_PAGE_WEIGHTS:
+        warnings.warn(
+            f"render_html: {total} weights make a large page (~{total * 5 // 1_000_000} MB); "
+            "pass fewer layers or a shorter sequence",
+            stacklevel=3,
+        )
+
+
+def _query_key_labels(tokens, key_tokens, L: int, S: int) -> tuple[list[str], list[str]]:
+    """Labels of the L queries and the S keys: the keys share the queries' labels when
+    ``key_tokens`` is None and L == S; default "0", "1", ..."""
+    queries = [str(i) for i in range(L)] if tokens is None else _labels(tokens, L, "tokens", "queries (L)")
+    if key_tokens is not None:
+        keys = _labels(key_tokens, S, "key_tokens", "keys (S)")
+    elif S == L:
+        keys = queries
+    elif tokens is None:
+        keys = [str(j) for j in range(S)]
+    else:
+        raise ValueError(
+            f"tokens has {L} labels for the L={L} queries, but the S={S} keys need their own: pass key_tokens"
+        )
+    return queries, keys
+
+
+def _patch_data(patch_grid, num_prefix_tokens, image, S: int) -> dict:
+    """The page's patch view: the (h, w) grid of the keys after ``num_prefix_tokens``, checked
+    against the S keys, and the image under it as a PNG data URI (or None)."""
+    if (
+        not isinstance(patch_grid, (tuple, list))
+        or len(patch_grid) != 2
+        or not all(isinstance(g, int) and not isinstance(g, bool) and g > 0 for g in patch_grid)
+    ):
+        raise ValueError(f"patch_grid must be (h, w), two positive ints; got {patch_grid!r}")
+    if isinstance(num_prefix_tokens, bool) or not isinstance(num_prefix_tokens, int) or num_prefix_tokens < 0:
+        raise ValueError(f"num_prefix_tokens must be a non-negative int; got {num_prefix_tokens!r}")
+    h, w = patch_grid
+    if S != num_prefix_tokens + h * w:
+        raise ValueError(
+            f"patch_grid {h}x{w} with num_prefix_tokens={num_prefix_tokens} needs S={num_prefix_tokens + h * w} "
+            f"keys; the weights have S={S}"
+        )
+    return {
+        "grid": [h, w],
+        "prefix": num_prefix_tokens,
+        "image": None if image is None else _png_data_uri(image),
+    }
+
+
+def _series_data(series, series_name, S: int) -> dict:
+    """The page's time-series view: one value per key (S), NaN and inf as gaps (null)."""
+    values = _to_numpy(series, "series")
+    if values.ndim != 1 or values.shape[0] != S:
+        raise ValueError(f"series must be 1-D with one value per key (S={S}); got shape {tuple(values.shape)}")
+    return {
+        "name": str(series_name),
+        "values": [float(v) if math.isfinite(v) else None for v in values.tolist()],
+    }
+
+
 def render_html(
     attentions,
     tokens: Sequence[str] | None = None,
@@ -221,32 +291,14 @@ def render_html(
         the HTML document as a string.
     """
     layers = _layers(attentions, index)
-    # capture(...).attentions carries each entry's real layer index: the page names layers by it
-    layer_ids = getattr(attentions, "layers", None)
-    layer_ids = list(range(len(layers))) if layer_ids is None else [int(i) for i in layer_ids]
+    layer_ids = _layer_ids(attentions, len(layers))
     _, L, S = layers[0].shape
     if isinstance(decimals, bool) or not isinstance(decimals, int) or not 1 <= decimals <= 6:
         raise ValueError(f"decimals must be an int in [1, 6]; got {decimals!r}")
     if not isinstance(title, str):
         raise TypeError(f"title must be a str; got {type(title).__name__}")
-    queries = [str(i) for i in range(L)] if tokens is None else _labels(tokens, L, "tokens", "queries (L)")
-    if key_tokens is not None:
-        keys = _labels(key_tokens, S, "key_tokens", "keys (S)")
-    elif S == L:
-        keys = queries
-    elif tokens is None:
-        keys = [str(j) for j in range(S)]
-    else:
-        raise ValueError(
-            f"tokens has {L} labels for the L={L} queries, but the S={S} keys need their own: pass key_tokens"
-        )
-    total = sum(a.size for a in layers)
-    if total > LARGE_PAGE_WEIGHTS:
-        warnings.warn(
-            f"render_html: {total} weights make a large page (~{total * 5 // 1_000_000} MB); "
-            "pass fewer layers or a shorter sequence",
-            stacklevel=2,
-        )
+    queries, keys = _query_key_labels(tokens, key_tokens, L, S)
+    _warn_if_large(layers)
 
     scale = 10**decimals
     data: dict = {
@@ -262,35 +314,11 @@ def render_html(
         "diagnostics": None,
     }
     if patch_grid is not None:
-        if (
-            not isinstance(patch_grid, (tuple, list))
-            or len(patch_grid) != 2
-            or not all(isinstance(g, int) and not isinstance(g, bool) and g > 0 for g in patch_grid)
-        ):
-            raise ValueError(f"patch_grid must be (h, w), two positive ints; got {patch_grid!r}")
-        if isinstance(num_prefix_tokens, bool) or not isinstance(num_prefix_tokens, int) or num_prefix_tokens < 0:
-            raise ValueError(f"num_prefix_tokens must be a non-negative int; got {num_prefix_tokens!r}")
-        h, w = patch_grid
-        if S != num_prefix_tokens + h * w:
-            raise ValueError(
-                f"patch_grid {h}x{w} with num_prefix_tokens={num_prefix_tokens} needs S={num_prefix_tokens + h * w} "
-                f"keys; the weights have S={S}"
-            )
-        data["patch"] = {
-            "grid": [h, w],
-            "prefix": num_prefix_tokens,
-            "image": None if image is None else _png_data_uri(image),
-        }
+        data["patch"] = _patch_data(patch_grid, num_prefix_tokens, image, S)
     elif image is not None:
         raise ValueError("image is drawn under the patch grid: pass patch_grid=(h, w) too")
     if series is not None:
-        values = _to_numpy(series, "series")
-        if values.ndim != 1 or values.shape[0] != S:
-            raise ValueError(f"series must be 1-D with one value per key (S={S}); got shape {tuple(values.shape)}")
-        data["series"] = {
-            "name": str(series_name),
-            "values": [float(v) if math.isfinite(v) else None for v in values.tolist()],
-        }
+        data["series"] = _series_data(series, series_name, S)
     if diagnostics is not None:
         data["diagnostics"] = _diagnostics(diagnostics)
 

@@ -39,17 +39,7 @@ def _backward(plan: _Plan, qx, kx, v, out, m, ell, dout, dlse, params, need):
     # None until a tile produces a gradient: a parameter the bias never touches (e.g. the rest of a
     # module whose bound method is the bias) gets None, as autograd would give it, not zeros
     dparams: list[torch.Tensor | None] = [None] * len(params)
-    # D_i = dO_i · O_i; a gradient on lse enters as -dlse (dS = P (dP - D + dlse))
-    D = (dout.to(w) * out.to(w)).sum(-1, keepdim=True)  # (B, H, L, 1)
-    if dlse is not None:
-        D = D - dlse.to(w).unsqueeze(-1)
-    # fully masked rows (m = -inf, ell = 0): shift by +inf and scale by 0, so P = 0 and no NaN;
-    # their query rows may hold anything (never seen): zeroed, or dK = dSᵀ q would be 0 · NaN
-    empty = torch.isneginf(m).unsqueeze(-1)  # (B, H, L, 1)
-    shift = torch.where(empty, _INF, m.unsqueeze(-1))  # (B, H, L, 1)
-    qx = torch.where(empty, 0.0, qx)
-    inv_ell = torch.where(ell != 0, 1.0 / torch.where(ell != 0, ell, 1.0), 0.0).unsqueeze(-1)  # (B, H, L, 1)
-    D = D * inv_ell
+    qx, shift, inv_ell, D = _row_terms(qx, out, m, ell, dout, dlse, w)
     for qi, kblocks in enumerate(plan.kept):
         q0, q1 = qi * bq, min((qi + 1) * bq, L)
         l = q1 - q0
@@ -67,21 +57,7 @@ def _backward(plan: _Plan, qx, kx, v, out, m, ell, dout, dlse, params, need):
             live = dead_filter(allowed, Hkv, dead_cache) if allowed is not None else None
             if live is not None:  # as in the forward: dead keys' NaN/inf must not reach dS k, dO vᵀ
                 kt, vt = drop_dead(live, kt, vt)
-            graph = None
-            if plan.general or params:
-                with torch.enable_grad():
-                    leaves = [qt.detach().requires_grad_(need[0]), kt.detach().requires_grad_(need[1])]
-                    pl = [p for p in params]
-                    if plan.general:
-                        s_nat = tiles.scores_nat(leaves[0], leaves[1], q0, q1, k0, k1)
-                    else:  # dot path with a learned additive bias: only the bias needs autograd
-                        s_nat = tiles.bias(q0, q1, k0, k1, v.device).to(w).expand(B, H, l, k1 - k0)
-                    graph = (s_nat, leaves, pl)
-                st = s_nat.detach().clone() if plan.general else tiles.scores(qt, kt, q0, q1, k0, k1)
-            else:
-                st = tiles.scores(qt, kt, q0, q1, k0, k1)
-            if st.dtype != w:
-                st = st.to(w)  # half tiles come back in their input dtype; recompute P in fp32
+            st, graph = _tile_scores(plan, tiles, qt, kt, q0, q1, k0, k1, params, need, v.device)
             if allowed is not None:  # a select: NaN scores of masked pairs go too
                 st = st.masked_fill_(~allowed, -_INF)
             pt = online_softmax.exp_(st.sub_(shift[:, :, q0:q1]), plan.exp_scale)  # (B, H, l, s) = P · ell
@@ -94,23 +70,7 @@ def _backward(plan: _Plan, qx, kx, v, out, m, ell, dout, dlse, params, need):
                 dp = dp * keep / (1.0 - plan.dropout_p)
             ds = pt.mul_(dp.sub_(D[:, :, q0:q1]))  # dL/ds = P (dP - D), natural-unit scores (B, H, l, s)
             if graph is not None:
-                s_nat, leaves, pl = graph
-                wants = [x for x, n in zip(leaves, need[:2]) if n] if plan.general else []
-                grads = torch.autograd.grad(s_nat, wants + pl, ds, allow_unused=True) if s_nat.requires_grad else ()
-                it = iter(grads)
-                if plan.general and grads:
-                    if need[0]:
-                        g0 = next(it)
-                        if g0 is not None:
-                            dq_t = _sum(dq_t, g0.to(w))
-                    if need[1]:
-                        g1 = next(it)
-                        if g1 is not None:
-                            _add(dk_parts, ki, g1.to(w))
-                for i in range(len(pl) if grads else 0):
-                    gp = next(it)
-                    if gp is not None:
-                        dparams[i] = gp if dparams[i] is None else dparams[i] + gp
+                dq_t = _graph_grads(graph, ds, plan.general, need, w, dq_t, dk_parts, ki, dparams)
                 if plan.general:
                     continue
             ds_g = ds.view(B, Hkv, -1, k1 - k0)  # (B, Hkv, g·l, s)
@@ -128,6 +88,70 @@ def _backward(plan: _Plan, qx, kx, v, out, m, ell, dout, dlse, params, need):
         dq = dq * plan.scale
         dk = dk * plan.scale
     return dq, dk, dv, dparams
+
+
+def _row_terms(qx, out, m, ell, dout, dlse, w: torch.dtype):
+    """The per-query-row terms every tile of a row shares: q' with fully masked rows zeroed
+    (B, H, L, E), and the shift, 1/ell and D/ell, each (B, H, L, 1) in the work dtype ``w``."""
+    # D_i = dO_i · O_i; a gradient on lse enters as -dlse (dS = P (dP - D + dlse))
+    D = (dout.to(w) * out.to(w)).sum(-1, keepdim=True)  # (B, H, L, 1)
+    if dlse is not None:
+        D = D - dlse.to(w).unsqueeze(-1)
+    # fully masked rows (m = -inf, ell = 0): shift by +inf and scale by 0, so P = 0 and no NaN;
+    # their query rows may hold anything (never seen): zeroed, or dK = dSᵀ q would be 0 · NaN
+    empty = torch.isneginf(m).unsqueeze(-1)  # (B, H, L, 1)
+    shift = torch.where(empty, _INF, m.unsqueeze(-1))  # (B, H, L, 1)
+    qx = torch.where(empty, 0.0, qx)
+    inv_ell = torch.where(ell != 0, 1.0 / torch.where(ell != 0, ell, 1.0), 0.0).unsqueeze(-1)  # (B, H, L, 1)
+    D = D * inv_ell
+    return qx, shift, inv_ell, D
+
+
+def _tile_scores(plan: _Plan, tiles: _Tiles, qt, kt, q0: int, q1: int, k0: int, k1: int, params, need, device):
+    """One tile's scores (B, H, l, s) recomputed in the work dtype, and the autograd graph
+    ``(s_nat, leaves, params)`` to pull dS through when the score is general or the bias has
+    parameters (else None). ``qt`` is (B, Hkv, g·l, E), ``kt`` (B, Hkv, s, E)."""
+    w = plan.work
+    graph = None
+    if plan.general or params:
+        with torch.enable_grad():
+            leaves = [qt.detach().requires_grad_(need[0]), kt.detach().requires_grad_(need[1])]
+            pl = [p for p in params]
+            if plan.general:
+                s_nat = tiles.scores_nat(leaves[0], leaves[1], q0, q1, k0, k1)
+            else:  # dot path with a learned additive bias: only the bias needs autograd
+                s_nat = tiles.bias(q0, q1, k0, k1, device).to(w).expand(plan.B, plan.H, q1 - q0, k1 - k0)
+            graph = (s_nat, leaves, pl)
+        st = s_nat.detach().clone() if plan.general else tiles.scores(qt, kt, q0, q1, k0, k1)
+    else:
+        st = tiles.scores(qt, kt, q0, q1, k0, k1)
+    if st.dtype != w:
+        st = st.to(w)  # half tiles come back in their input dtype; recompute P in fp32
+    return st, graph
+
+
+def _graph_grads(graph, ds, general: bool, need, w: torch.dtype, dq_t, dk_parts: dict, ki: int, dparams: list):
+    """Pull the tile's dS (B, H, l, s) through its autograd graph: on the general path dq' (added to
+    and returned as the query block's sum ``dq_t``) and dk' (added to ``dk_parts[ki]``); the bias
+    parameters' gradients are added to ``dparams`` in place."""
+    s_nat, leaves, pl = graph
+    wants = [x for x, n in zip(leaves, need[:2]) if n] if general else []
+    grads = torch.autograd.grad(s_nat, wants + pl, ds, allow_unused=True) if s_nat.requires_grad else ()
+    it = iter(grads)
+    if general and grads:
+        if need[0]:
+            g0 = next(it)
+            if g0 is not None:
+                dq_t = _sum(dq_t, g0.to(w))
+        if need[1]:
+            g1 = next(it)
+            if g1 is not None:
+                _add(dk_parts, ki, g1.to(w))
+    for i in range(len(pl) if grads else 0):
+        gp = next(it)
+        if gp is not None:
+            dparams[i] = gp if dparams[i] is None else dparams[i] + gp
+    return dq_t
 
 
 def _sum(a: torch.Tensor | None, b: torch.Tensor) -> torch.Tensor:

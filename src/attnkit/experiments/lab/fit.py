@@ -175,9 +175,7 @@ def fit(
     seed = ctx.current_seed if seed is None else seed
     device, world = ctx.device, ctx.world_size
     model.to(device)
-    ckpt_path = ctx.out / "checkpoints" / f"{tag}.pt"
-    if ctx.is_main:
-        remove_stale_temporaries(ckpt_path.parent)
+    ckpt_path = _checkpoint_path(ctx, tag)
 
     st, done = _resume_state(ctx, ckpt_path, tag, epochs, model, optimizer, scheduler)
     if done is not None:
@@ -192,21 +190,15 @@ def fit(
     try:
         for epoch in range(start + 1, epochs + 1):
             t0 = time.perf_counter()
-            g = torch.Generator().manual_seed(int(seed) * 1_000_003 + epoch)
-            order = torch.randperm(n, generator=g) if shuffle else torch.arange(n)
-            batches = batching.batches(order, batch_size, g) if batching is not None else order.split(batch_size)
+            batches = _epoch_batches(n, batch_size, seed, epoch, shuffle, batching)
             row = _epoch_row(ctx, epoch, model, train_data, batches, collate_fn, step, bar, eval_fn,
                              scheduler if scheduler_every == "epoch" else None)
-            st.spent += time.perf_counter() - t0
-            row["time_s"] = round(time.perf_counter() - t0, 4)
-            st.history.append(row)
-            st.epoch = epoch
+            _record_epoch(st, row, epoch, t0)
             stopped = _track_best(st, row, model, monitor, mode, min_delta, patience)
             finished = stopped or epoch == epochs
             if finished and st.best_state is not None:
                 model.load_state_dict(st.best_state)  # early stopping hands back the best weights
-            bar.set_postfix_str(f"epoch {epoch}/{epochs} loss {row['train_loss']:.4g}"
-                                + (f" {monitor} {row[monitor]:.4g}" if monitor and monitor in row else ""))
+            bar.set_postfix_str(_progress_text(row, epoch, epochs, monitor))
             rngs = _gather_rng(world)
             if ctx.is_main:
                 _save(ckpt_path, tag, epochs, st, finished, stopped, model, optimizer, scheduler, rngs)
@@ -221,6 +213,37 @@ def fit(
         model.load_state_dict(st.best_state)
     ddp.barrier()
     return FitResult(st.history, st.best_epoch, len(st.history), st.spent, st.best_value, stopped, start, False)
+
+
+def _checkpoint_path(ctx: "RunContext", tag: str):
+    """``out/checkpoints/{tag}.pt``; the main rank first removes temporaries a killed write left
+    in that folder (the previous checkpoint itself is intact: writes are atomic)."""
+    ckpt_path = ctx.out / "checkpoints" / f"{tag}.pt"
+    if ctx.is_main:
+        remove_stale_temporaries(ckpt_path.parent)
+    return ckpt_path
+
+
+def _epoch_batches(n: int, batch_size: int, seed: int, epoch: int, shuffle: bool, batching):
+    """Epoch ``epoch``'s batches of sample indices: the shuffle is drawn from a generator seeded
+    with ``(seed, epoch)`` alone, so a resumed run draws the same order as an uninterrupted one."""
+    g = torch.Generator().manual_seed(int(seed) * 1_000_003 + epoch)
+    order = torch.randperm(n, generator=g) if shuffle else torch.arange(n)
+    return batching.batches(order, batch_size, g) if batching is not None else order.split(batch_size)
+
+
+def _record_epoch(st: "_State", row: dict, epoch: int, t0: float) -> None:
+    """Add the finished epoch's row, with its time since ``t0`` (perf_counter), to the state."""
+    st.spent += time.perf_counter() - t0
+    row["time_s"] = round(time.perf_counter() - t0, 4)
+    st.history.append(row)
+    st.epoch = epoch
+
+
+def _progress_text(row: dict, epoch: int, epochs: int, monitor: str | None) -> str:
+    """The progress bar's postfix: epoch, training loss and the monitored metric."""
+    return (f"epoch {epoch}/{epochs} loss {row['train_loss']:.4g}"
+            + (f" {monitor} {row[monitor]:.4g}" if monitor and monitor in row else ""))
 
 
 def _resume_state(ctx: "RunContext", ckpt_path, tag: str, epochs: int, model, optimizer, scheduler) -> tuple["_State", FitResult | None]:
