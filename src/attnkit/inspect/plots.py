@@ -355,14 +355,7 @@ def plot_patch_map(
     h, wd = grid
     if isinstance(num_prefix_tokens, bool) or not isinstance(num_prefix_tokens, int) or num_prefix_tokens < 0:
         raise ValueError(f"num_prefix_tokens must be a non-negative int; got {num_prefix_tokens!r}")
-    square = False
-    if w.ndim == 2:
-        if query is None:
-            raise ValueError(f"weights has shape {w.shape} (L, S): pass query= to pick one of the {w.shape[0]} rows")
-        if isinstance(query, bool) or not isinstance(query, int) or not 0 <= query < w.shape[0]:
-            raise ValueError(f"query must be an int in [0, {w.shape[0]}); got {query!r}")
-        square = w.shape[0] == w.shape[1]
-        w = w[query]
+    w, square = _query_row(w, query)
     S = w.shape[0]
     if S != num_prefix_tokens + h * wd:
         raise ValueError(
@@ -397,3 +390,15 @@ def plot_patch_map(
     if parts:
         ax.set_title(" | ".join(parts), fontsize=9)
     return _finish(fig, path, dpi)
+
+
+def _query_row(w: np.ndarray, query) -> tuple[np.ndarray, bool]:
+    """The (S,) weights of one query: ``w`` itself when 1-D, else row ``query`` of the (L, S)
+    ``w``; and whether the queries are the keys' own tokens (L == S)."""
+    if w.ndim == 1:
+        return w, False
+    if query is None:
+        raise ValueError(f"weights has shape {w.shape} (L, S): pass query= to pick one of the {w.shape[0]} rows")
+    if isinstance(query, bool) or not isinstance(query, int) or not 0 <= query < w.shape[0]:
+        raise ValueError(f"query must be an int in [0, {w.shape[0]}); got {query!r}")
+    return w[query], w.shape[0] == w.shape[1]
