@@ -96,7 +96,7 @@ def test_the_takeaway_leads_with_the_bottleneck_and_quotes_every_group_in_both_l
     assert en.startswith("The dates-list-full run shows the bottleneck") and "from 90.0" in en and "to 5.0" in en
     assert "RNN + Bahdanau ends at 97.0 and RNN + Luong at 96.0" in en
     assert "The Bible runs (bible-a) show attention's gain at every length" in en and "12.0 to 14.0 BLEU points" in en
-    assert "(copy-quick)" in en and "at least 93.0 % exact match" in en and "falls to 1.0 %" in en and "fits" not in en
+    assert "(copy-quick; 1 seed each)" in en and "at least 93.0 % exact match" in en and "falls to 1.0 %" in en and "fits" not in en
     for n in ("90.0", "5.0", "97.0", "96.0", "12.0", "14.0", "93.0", "1.0"):
         assert n in zh
     assert ov.takeaway({}, "en") == ""
