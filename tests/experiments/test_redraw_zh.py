@@ -27,8 +27,8 @@ COMMITTED = Path(__file__).resolve().parents[2] / "results"
 # one committed run per experiment that has figures drawn from numbers: (experiment, run, figures redrawn)
 RUNS = [("seq2seq", "dates-full", {"metric_vs_length.png", "training_curves.png", "alignments_bahdanau.png",
                                    "alignments_luong.png", "alignments_transformer.png"}),
-        ("forecast", "vic_elec-full", {"attention_lag_in336_h48.png"}),
-        ("vision", "full", {"accuracy_vs_cost.png", "mhsa_query.png", "vit_attention.png"})]  # the maps: from the viewers' weights
+        ("forecast", "vic_elec-full", {"attention_lag_in336_h48.png"}),  # committed before the curves were stored
+        ("vision", "full", {"accuracy_vs_cost.png", "mhsa_query.png", "vit_attention.png"})]  # the maps: from the viewers' weights; no gates stored
 CJK = re.compile(r"[\u3400-\u9fff]")
 MISSING_GLYPH = ".*missing from font"  # matplotlib's warning when it draws a box where a character should be
 
@@ -115,3 +115,64 @@ def test_bad_arguments_get_one_clear_error(tmp_path, capsys):
         main(["--results", str(tmp_path), "--runs", "forecast/nope"])
     err = capsys.readouterr().err
     assert e.value.code == 2 and "forecast/nope" in err and "forecast/vic_elec-full" in err  # names the runs there
+
+
+def _store(folder: Path, change) -> None:
+    """Edit the copied run's results.json in place: ``change(results)`` adds what a run of this version stores."""
+    import json
+
+    path = folder / "results.json"
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    change(doc["results"])
+    path.write_text(json.dumps(doc), encoding="utf-8")
+
+
+def _curves(results: dict) -> None:
+    st = next(iter(results["settings"].values()))
+    horizon = st["horizon"]
+    st["curves"] = {"channel": "demand", "windows": [
+        {"index": i, "history": [float(j % 48) for j in range(3 * horizon)], "truth": [1.0] * horizon,
+         "models": {m: [2.0 + k] * horizon for k, m in enumerate(st["models"])}} for i in (0, 50, 99)]}
+
+
+def _gates(results: dict) -> None:
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    results["plotted_gates"] = {
+        "channel": {n: {"gate": "stage3", "classes": ["Trouser", "Bag", "Coat"], "per_class": rng.random((3, 16)).tolist()}
+                    for n in ("se", "eca", "cbam")},
+        "spatial": {"classes": ["Trouser", "Bag", "Coat", "Sandal"], "gates": rng.random((4, 8, 8)).tolist(),
+                    "images": rng.random((4, 28, 28)).tolist()}}
+
+
+# runs of this version store the numbers of every figure: (experiment, run, what the run stores, figures added)
+STORED = [("forecast", "vic_elec-full", _curves, {"forecast_in336_h48.png"}),
+          ("vision", "full", _gates, {"gates_se.png", "gates_eca.png", "gates_cbam.png", "cbam_spatial.png"})]
+
+
+@needs_font
+@pytest.mark.parametrize("experiment, run, store, added", STORED)
+def test_figures_whose_numbers_a_run_stores_are_drawn_again_in_chinese(tmp_path, experiment, run, store, added):
+    import importlib
+
+    import matplotlib.pyplot as plt
+    from PIL import Image
+
+    folder = _copy(tmp_path, experiment, run)
+    _store(folder, store)
+    expected = dict((e, x) for e, _, x in RUNS)[experiment] | added
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=MISSING_GLYPH)
+        assert main(["--results", str(tmp_path), "--runs", f"{experiment}/{run}"]) == 0
+    assert {p.name for p in (folder / "zh").glob("*.png")} == expected
+    for name in added:
+        with Image.open(folder / "zh" / name) as im:
+            assert im.width >= 1000, name
+    results = committed_runs(experiment, tmp_path)[run]
+    figures = dict(importlib.import_module(f"attnkit.experiments.{experiment}.plots").run_figures(results))
+    for name in added:
+        with language("zh"):
+            fig = figures[name]("zh")
+            assert CJK.search(_texts(fig)), name
+            plt.close(fig)

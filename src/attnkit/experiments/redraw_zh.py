@@ -11,9 +11,10 @@ interactive viewers (``viewer_*.html``) — with the experiment's own plot code:
     python -m attnkit.experiments.redraw_zh --runs seq2seq/dates-full forecast/vic_elec-full
     python -m attnkit.experiments.redraw_zh --skip seq2seq/copy-quick
 
-It prints, per run, the files written and the English figures left without a Chinese copy (drawn
-from models or data the run's folder does not hold, e.g. the vision run's channel and spatial gates,
-which need the trained models: a new run of the experiment draws them).
+It prints, per run, the files written and the English figures left without a Chinese copy: those
+drawn from numbers the run's folder does not hold. A run of this version stores the numbers of its
+forecast curves (``settings[key]["curves"]``) and vision gates (``plotted_gates``) in
+``results.json``; runs saved before that keep those figures in English until they are run again.
 The English files are left as they are unless ``--english`` is given: then they are drawn again too,
 by this version's plot code, so that both pages show the same figure (a run committed before a
 plot's style changed otherwise keeps its older English drawing).

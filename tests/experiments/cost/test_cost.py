@@ -94,3 +94,52 @@ def test_dispatch_reasons_read_in_the_page_language(lang, want):
 @pytest.mark.parametrize("ratio, text", [(0.029, "1/34"), (0.5, "1/2"), (3.6, "3.6×"), (1.0, "1.0×")])
 def test_memory_ratio_reads_both_ways(ratio, text):
     assert memory_ratio(ratio) == text
+
+
+def test_the_quick_benchmark_figure_is_drawn_from_its_json_in_both_languages(tmp_path):
+    """The page's quick-benchmark figure is drawn from the committed JSON (not the English PNG beside
+    it): bars of exactly the measured medians and peaks, English text on one copy, Chinese on the other."""
+    import re
+
+    import matplotlib.pyplot as plt
+
+    from attnkit.experiments.cost.quick_figure import quick_figure
+    from attnkit.page.figures import cjk_font, zh_path
+
+    result = _quick_result()
+    for lang in ("en", "zh"):
+        fig = quick_figure(result, lang)
+        heights = [[p.get_height() for p in ax.patches] for ax in fig.axes[:2]]
+        assert heights == [[10.0, 5.0], [1.0, 1.0]]  # sdpa then blockwise; the skipped reference has no bar
+        text = " ".join(t.get_text() for t in fig.findobj(lambda a: hasattr(a, "get_text") and hasattr(a, "get_fontname")))
+        assert bool(re.search(r"[\u3400-\u9fff]", text)) == (lang == "zh"), lang
+        plt.close(fig)
+    committed = tmp_path / "bench"
+    committed.mkdir()
+    (committed / "attention_quick.json").write_text(json.dumps(result))
+    res = {**cost.measure(32, 0), "bench_results": str(committed)}
+    pages = {lang: get("cost").report(Results(res, tmp_path / "run", {}), tmp_path / "report", lang).html for lang in ("en", "zh")}
+    (png,) = (tmp_path / "report" / "figures" / "cost").glob("quick-*.png")
+    assert 'data-figure-lang="en"' in pages["en"]
+    if cjk_font() is not None:
+        assert zh_path(png).is_file() and zh_path(png).read_bytes() != png.read_bytes()
+        assert 'data-figure-lang="zh"' in pages["zh"] and "figure-en" not in pages["zh"]
+
+
+@pytest.mark.parametrize("lang, want", [("en", "sliding256/alibi"), ("zh", "滑动窗口 256/ALiBi")])
+def test_benchmark_calls_are_named_in_the_page_language(lang, want):
+    from attnkit.experiments.cost.quick_figure import call_name
+
+    assert call_name("sliding256/alibi", lang) == want
+
+
+def test_every_reason_of_the_typical_calls_reads_in_chinese():
+    """The reasons ``auto`` gives for the nine typical calls leave no English phrase on the Chinese page."""
+    import re
+
+    from attnkit import attention
+
+    qa = torch.randn(2, 4, 64, 16)
+    for name, kw in example_calls(64):
+        why = reason(attention(qa, qa, qa, **kw).report.reason, "zh")
+        assert not re.search(r"[a-z]{3,} [a-z]{3,}", why.replace("Python", "")), (name, why)

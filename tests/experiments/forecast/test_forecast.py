@@ -239,3 +239,33 @@ def test_published_numbers_are_stated_as_published():
     assert published_for("ETTh1", "M", 96, 24)[0]["mse"] == 0.577  # Informer, input length searched
     assert {r["model"]: r["mse"] for r in published_for("ETTh1", "M", 96, 96)} == {"PatchTST": 0.414, "DLinear": 0.386}
     assert published_for("vic_elec", "S", 336, 48) == []
+
+
+def test_the_plotted_curves_are_stored_in_results_json_and_drawn_from_them(csv, reference):
+    """The forecast figure's numbers sit in results.json, in original units: history + truth is a
+    stretch of the CSV's own column, the naive forecast repeats the last history value, and the
+    figure drawn from them (either language) plots exactly those numbers."""
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    from attnkit.experiments.forecast.plots import forecast_figure, run_figures
+
+    st = json.loads((reference / "results.json").read_text())["results"]["settings"]["in64_h8"]
+    curves = st["curves"]
+    assert curves["channel"] == "load" and len(curves["windows"]) == 3
+    load = pd.read_csv(csv)["load"].to_numpy()
+    for win in curves["windows"]:
+        assert len(win["history"]) == min(64, 3 * 8) and len(win["truth"]) == 8
+        assert set(win["models"]) == {"naive", "seasonal_naive", "dlinear", "lstm_attention"}
+        seen = np.array(win["history"] + win["truth"])
+        starts = [s for s in range(len(load) - len(seen) + 1) if np.allclose(load[s : s + len(seen)], seen, rtol=1e-4, atol=1e-4)]
+        assert len(starts) == 1, win["index"]  # one contiguous stretch of the raw column
+        np.testing.assert_allclose(win["models"]["naive"], win["history"][-1], rtol=1e-4)
+    for lang in ("en", "zh"):
+        fig = forecast_figure(curves, lang)
+        ys = [line.get_ydata() for line in fig.axes[0].get_lines()]
+        w0 = curves["windows"][0]
+        assert [list(y) for y in ys] == [w0["history"], w0["truth"], *w0["models"].values()]
+        plt.close(fig)
+    assert {name for name, _ in run_figures({"settings": {"in64_h8": st}})} == {"forecast_in64_h8.png", "attention_lag_in64_h8.png"}
+    assert run_figures({"settings": {"in64_h8": {**st, "curves": None}}})[0][0] == "attention_lag_in64_h8.png"  # older runs

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import torch
 
@@ -58,3 +59,37 @@ def test_the_committed_benchmark_is_read_from_the_named_folder(tmp_path):
     html = exp.report(Results(res, tmp_path, {}), tmp_path, "en").html
     assert "1,024 tokens (committed <code>decoding.json</code>)" in html and "gpt2 like" in html and "120.0" in html
     assert exp.summary(res, "en")[0] == "KV cache 4.0× faster at 4 tokens, same tokens: yes"
+
+
+def test_the_committed_benchmark_figure_is_drawn_from_its_numbers_in_both_languages(tmp_path):
+    """decoding.json's per-token times become the figure's lines (a centred rolling median, checked
+    against NumPy), drawn beside the page in English and, in zh/, Chinese."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from attnkit.experiments.kv_cache.plots import WINDOW, decoding_figure
+    from attnkit.page.figures import cjk_font, zh_path
+
+    rng = np.random.default_rng(0)
+    per_token = {v: (rng.random(80) + i).tolist() for i, v in enumerate(("recompute", "dynamic", "static", "sdpa_raw"))}
+    models = {"1_layer": {v: {"tokens_per_s": 10.0 * (i + 1), "per_token_ms": ms} for i, (v, ms) in enumerate(per_token.items())}}
+    (tmp_path / "decoding.json").write_text(json.dumps({"models": models}))
+    h = WINDOW // 2
+    for lang in ("en", "zh"):
+        fig = decoding_figure({"models": models}, lang)
+        lines = fig.axes[0].get_lines()
+        assert len(lines) == 4
+        for line, ms in zip(lines, per_token.values()):
+            x = np.array(ms[1:])
+            want = [np.median(x[max(0, i - h): i + h + 1]) for i in range(len(x))]
+            np.testing.assert_allclose(line.get_ydata(), want)
+        plt.close(fig)
+    got = committed_decoding(tmp_path, tmp_path / "page")
+    png = Path(got["committed_png"])
+    assert png.parent == tmp_path / "page" and png.is_file()
+    if cjk_font() is not None:
+        assert zh_path(png).is_file() and zh_path(png).read_bytes() != png.read_bytes()
+        res = {"n_tokens": 4, "threads": 1, "rows": [{"layers": 1, "dynamic": 8.0, "static": 8.0, "recompute": 2.0, "same": True}],
+               "bench_results": str(tmp_path)}
+        html = get("kv_cache").report(Results(res, tmp_path, {}), tmp_path / "report", "zh").html
+        assert 'data-figure-lang="zh"' in html and "figure-en" not in html

@@ -270,3 +270,28 @@ def test_the_committed_cost_benchmark_is_quoted_from_its_json():
         assert f"{n['median_ms'] / a['median_ms']:.2f}× the speed, {n['peak_mib'] / a['peak_mib']:.1f}× less memory" in html
     assert n["peak_mib"] / a["peak_mib"] > 10  # at 80×80 the naive layer's N² scores dominate its memory
     assert "速度是它的" in cost_html("zh", path)
+
+
+def test_the_gate_figures_numbers_are_stored_and_drawn_again_from_them(tiny_run):
+    """results.json keeps what the gate figures plot (class-mean channel gates, CBAM's spatial gate
+    over its images), and the figures drawn from those numbers show exactly them."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from attnkit.experiments.vision.plots import gate_figures, run_figures
+
+    doc, out = tiny_run
+    stored = json.loads((out / "results.json").read_text())["results"]["plotted_gates"]
+    (name, ch), = stored["channel"].items()  # tiny: cbam is the only gated model
+    per_class = np.array(ch["per_class"])
+    assert name == "cbam" and per_class.shape[0] == len(set(ch["classes"])) == 3 and ((per_class > 0) & (per_class < 1)).all()
+    sp = stored["spatial"]
+    gates, images = np.array(sp["gates"]), np.array(sp["images"])
+    assert gates.shape[0] == images.shape[0] == len(sp["classes"]) == 4 and ((gates >= 0) & (gates <= 1)).all()
+    assert images.shape[1:] == tuple(doc["results"]["data"]["image_size"]) and images.min() >= 0 and images.max() <= 1
+    figures = dict(gate_figures(stored))
+    assert set(figures) == {"gates_cbam.png", "cbam_spatial.png"} and set(figures) <= {n for n, _ in run_figures(doc["results"])}
+    for lang in ("en", "zh"):
+        fig = figures["gates_cbam.png"](lang)
+        np.testing.assert_allclose(fig.axes[0].get_images()[0].get_array(), per_class, rtol=1e-6)
+        plt.close(fig)

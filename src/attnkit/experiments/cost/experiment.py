@@ -7,19 +7,23 @@ backend ``auto`` ran for nine typical calls with its reason; at the quick preset
 result of it is found, the quick backend benchmark (``attnkit bench --quick``, fresh processes,
 1-1.5 min on 2 cores). Quoted at render time from the folder of committed benchmark results the run
 names: the quick benchmark, the full comparison at 4k-16k tokens and the whole sweep
-(``attention_quick.json``, ``attention.json``, ``attention_full.json`` of ``attnkit bench``).
+(``attention_quick.json``, ``attention.json``, ``attention_full.json`` of ``attnkit bench``); the
+quick benchmark's and the sweep's figures are drawn from those JSON files in English and Chinese
+(:mod:`.quick_figure`, :func:`.bench.sweep_figure`).
 
 Shape legend: B batch, H heads, n = L = S sequence length, E feature size.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
 import torch
 
 from ... import attention, linear_attention
+from ...page.figures import draw_both
 from ...page.html import details, figure, so_what, table
 from ...page.i18n import tr
 from ..lab.committed import committed
@@ -28,6 +32,7 @@ from ..lab.registry import Experiment, register
 from ..lab.results import Section
 from .bench import headline, headline_html, quick_rows, sweep, sweep_html
 from .calls import CALLS_ZH, example_calls, reason
+from .quick_figure import call_name, quick_figure
 
 B, H, E = 1, 8, 64
 
@@ -62,6 +67,19 @@ def linear_error(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> float:
     return float((lin - exact).norm() / exact.norm())
 
 
+def quick_png(result: dict, out_dir: Path) -> Path:
+    """The quick benchmark ``result`` drawn under ``out_dir`` in both languages (the Chinese copy in
+    ``zh/`` when a CJK font is found), once per version of the result and of the figure's code."""
+    from ...page.figures import cjk_font, save_both, zh_path
+
+    code = Path(__file__).with_name("quick_figure.py").read_bytes()
+    version = hashlib.sha256(json.dumps(result, sort_keys=True).encode() + code).hexdigest()[:12]
+    png = Path(out_dir) / f"quick-{version}.png"
+    if not png.is_file() or (cjk_font() is not None and not zh_path(png).is_file()):
+        save_both(png, lambda lang: quick_figure(result, lang))
+    return png
+
+
 def committed_benchmarks(data: dict, root: str | Path | None, out_dir: Path) -> dict:
     """``data`` with the committed benchmark results under ``root`` the page quotes: the quick
     benchmark (unless this run measured it), the full comparison's headline and the whole sweep,
@@ -69,11 +87,11 @@ def committed_benchmarks(data: dict, root: str | Path | None, out_dir: Path) -> 
     data = dict(data)
     quick = committed("attention_quick.json", root)
     if "quick_rows" not in data and quick is not None:
-        data["quick_rows"] = quick_rows(json.loads(quick.read_text(encoding="utf-8")))
+        result = json.loads(quick.read_text(encoding="utf-8"))
+        data["quick_rows"] = quick_rows(result)
         data["quick_source"] = "committed"
-        png = committed("attention_quick.png", root)
-        if png is not None:
-            data["quick_png"] = str(png.resolve())
+        if any("median_ms" in r for r in result["rows"]):  # drawn from the JSON in the page's two languages
+            data["quick_png"] = str(quick_png(result, out_dir).resolve())
     full = committed("attention.json", root)
     if full is not None:
         data["committed_headline"] = headline(json.loads(full.read_text(encoding="utf-8")).get("summary", {}))
@@ -115,8 +133,9 @@ class Cost(Experiment):
             res = run_bench(quick=True, out_dir=ctx.out / "bench", log=lambda *a: None)
             data["quick_rows"] = quick_rows(res)
             data["quick_source"] = "measured now"
-            if (ctx.out / "bench" / "attention_quick.png").exists():
-                data["quick_png"] = "bench/attention_quick.png"
+            if any("median_ms" in r for r in res.get("rows", [])):  # drawn here in both languages (zh/ beside it)
+                draw_both(ctx.save_figure, "quick_benchmark.png", lambda lang: quick_figure(res, lang))
+                data["quick_png"] = "quick_benchmark.png"
         return data
 
     def report(self, results, out_dir, lang: str = "en", full_results=None) -> Section:
@@ -194,7 +213,7 @@ def _quick_table(data: dict, lang: str) -> str:
                       "中位时间（毫秒）；超出输入的峰值常驻内存（MiB）；相对 SDPA（使用用户会构造的稠密掩码）的速度（>1× 表示更快）。") + "</p>"
     return html + table([tr(lang, "mask/bias", "掩码/偏置"), tr(lang, "backend", "后端"), tr(lang, "chosen", "auto 的选择"),
                          tr(lang, "median ms", "中位毫秒"), tr(lang, "peak MiB", "峰值 MiB"), tr(lang, "speed vs SDPA", "相对 SDPA 的速度")],
-                        data["quick_rows"])
+                        [[call_name(row[0], lang), *row[1:]] for row in data["quick_rows"]])
 
 
 def _sweep_html(data: dict, lang: str) -> str:

@@ -4,8 +4,9 @@
   decoder step t (row T_in + t) attending to input step s has lag ``T_in + t - s``, so a weight
   concentrated at lag 48 on half-hourly data means "look at the same time yesterday".
 * :func:`forecast_figure`, :func:`attention_figure` — a run's figures, each saved in English and, in
-  ``zh/``, Chinese; :func:`run_figures` — the ones ``results.json`` holds the numbers of, drawn again
-  by ``python -m attnkit.experiments.redraw_zh``;
+  ``zh/``, Chinese; :func:`forecast_curves` — the forecast figure's numbers, stored in ``results.json``;
+  :func:`run_figures` — the ones ``results.json`` holds the numbers of, drawn again by
+  ``python -m attnkit.experiments.redraw_zh``;
 * :data:`PUBLISHED` — ETTh1 multivariate MSE/MAE (scaled, standard split) as the papers publish them.
 * :func:`section` / :func:`reading` — the tables and the plain-language reading (English or Chinese),
   written in :mod:`.section`.
@@ -149,32 +150,52 @@ def save_attention_plot(ctx, att: dict, relpath: str) -> None:
     draw_both(ctx.save_figure, relpath, lambda lang: attention_figure(att, lang))
 
 
-def forecast_figure(data, preds: dict[str, torch.Tensor], idx: list[int], lang: str = "en"):
-    """History, truth and each model's forecast of the plotted channel (original units), a few test
-    windows ``idx``; ``preds[model]``: (len(idx), T_out, C_out), scaled."""
+def _rounded(values) -> list[float]:
+    """Five significant digits: the curves' JSON stays small, far below a line's width on the figure."""
+    return [float(f"{float(v):.5g}") for v in values]
+
+
+def forecast_curves(data, preds: dict[str, torch.Tensor], idx: list[int]) -> dict:
+    """What :func:`forecast_figure` draws, JSON-able, in original units: the plotted channel's name
+    and, per test window of ``idx``, its last ``min(T_in, 3·T_out)`` input steps, the truth and each
+    model's forecast over the horizon; ``preds[model]``: (len(idx), T_out, C_out), scaled.
+    Stored in ``results.json`` so that a finished run's figure can be drawn again in another language."""
+    ch = len(data.targets) - 1  # the last forecast channel: the target column by convention
+    windows = []
+    for j, i in enumerate(idx):
+        past, _, target = data.test[i]
+        T_in, T_out = past.shape[0], target.shape[0]
+        show = min(T_in, 3 * T_out)
+        windows.append({
+            "index": int(i), "history": _rounded(data.to_original(past[-show:, data.targets])[:, ch]),
+            "truth": _rounded(data.to_original(target)[:, ch]),
+            "models": {m: _rounded(data.to_original(p[j])[:, ch]) for m, p in preds.items()},
+        })
+    return {"channel": data.target_names[ch], "windows": windows}
+
+
+def forecast_figure(curves: dict, lang: str = "en"):
+    """History, truth and each model's forecast of the plotted channel (original units) in a few test
+    windows, from :func:`forecast_curves`' dict; one panel per window."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    ch = len(data.targets) - 1  # the last forecast channel: the target column by convention
-    name = data.target_names[ch]
-    fig, axes = plt.subplots(len(idx), 1, figsize=(12, 3.2 * len(idx)), squeeze=False, constrained_layout=True)
+    wins = curves["windows"]
+    fig, axes = plt.subplots(len(wins), 1, figsize=(12, 3.2 * len(wins)), squeeze=False, constrained_layout=True)
     styles = ["-", "--", "-.", ":"]
     markers = ["o", "s", "^", "D", "v", "P", "X"]
-    for ax, i in zip(axes[:, 0], idx):
-        past, _, target = data.test[i]
-        T_in, T_out = past.shape[0], target.shape[0]
-        show = min(T_in, 3 * T_out)
-        hist = data.to_original(past[-show:, data.targets])[:, ch].numpy()
-        ax.plot(np.arange(-show, 0), hist, color="black", lw=1, label=pick(lang, "history", "历史"))
+    for ax, win in zip(axes[:, 0], wins):
+        hist, truth = win["history"], win["truth"]
+        T_out = len(truth)
+        ax.plot(np.arange(-len(hist), 0), hist, color="black", lw=1, label=pick(lang, "history", "历史"))
         ax.axvspan(-0.5, T_out - 0.5, color="#f3f3f3", zorder=0)  # the forecast horizon, shaded
-        ax.plot(np.arange(T_out), data.to_original(target)[:, ch].numpy(), color="black", lw=2.5,
-                label=pick(lang, "truth", "真实值"))
-        for k, (model, p) in enumerate(preds.items()):  # one colour, dash and marker each
-            ax.plot(np.arange(T_out), data.to_original(p[idx.index(i)])[:, ch].numpy(), lw=1.3, color=f"C{k}",
-                    ls=styles[k % len(styles)], marker=markers[k % len(markers)], markevery=max(1, T_out // 6), ms=4, label=model)
-        ax.set(ylabel=name, title=pick(lang, f"test window {i}", f"测试窗口 {i}"))
+        ax.plot(np.arange(T_out), truth, color="black", lw=2.5, label=pick(lang, "truth", "真实值"))
+        for k, (model, p) in enumerate(win["models"].items()):  # one colour, dash and marker each
+            ax.plot(np.arange(T_out), p, lw=1.3, color=f"C{k}", ls=styles[k % len(styles)], marker=markers[k % len(markers)],
+                    markevery=max(1, T_out // 6), ms=4, label=model)
+        ax.set(ylabel=curves["channel"], title=pick(lang, f"test window {win['index']}", f"测试窗口 {win['index']}"))
     handles, labels = axes[0, 0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside lower center", ncols=min(len(labels), 5), fontsize=9, frameon=False)
     axes[-1, 0].set_xlabel(pick(lang, "steps relative to the forecast origin (shaded: the forecast horizon)",
@@ -182,17 +203,22 @@ def forecast_figure(data, preds: dict[str, torch.Tensor], idx: list[int], lang: 
     return fig
 
 
-def save_forecast_plot(ctx, data, preds: dict[str, torch.Tensor], idx: list[int], relpath: str) -> None:
+def save_forecast_plot(ctx, curves: dict, relpath: str) -> None:
     """:func:`forecast_figure` saved in the run's folder, in English and (``zh/``) Chinese."""
-    draw_both(ctx.save_figure, relpath, lambda lang: forecast_figure(data, preds, idx, lang))
+    draw_both(ctx.save_figure, relpath, lambda lang: forecast_figure(curves, lang))
 
 
 def run_figures(results: dict) -> list[tuple[str, object]]:
     """``(file name, draw(lang) -> figure)`` of the figures of a run that its ``results`` dict holds
-    the numbers of: the attention figures (``settings[key]["attention"]``). The forecast curves need
-    the test windows and the models' predictions, which ``results.json`` does not hold."""
-    return [(f"attention_lag_{key}.png", lambda lang, att=st["attention"]: attention_figure(att, lang))
-            for key, st in results.get("settings", {}).items() if (st.get("attention") or {}).get("heatmap")]
+    the numbers of: the attention figures (``settings[key]["attention"]``) and the forecast curves
+    (``settings[key]["curves"]``, stored by runs of this version; older runs hold no predictions)."""
+    out = []
+    for key, st in results.get("settings", {}).items():
+        if (st.get("curves") or {}).get("windows"):
+            out.append((f"forecast_{key}.png", lambda lang, c=st["curves"]: forecast_figure(c, lang)))
+        if (st.get("attention") or {}).get("heatmap"):
+            out.append((f"attention_lag_{key}.png", lambda lang, att=st["attention"]: attention_figure(att, lang)))
+    return out
 
 
 def reading(setting: dict, data_name: str, lang: str = "en") -> list[str]:

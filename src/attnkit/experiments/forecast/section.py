@@ -240,14 +240,17 @@ def _full_table(st: dict, lang: str) -> str:
 
 
 def _images(run_dir: Path, key: str, st: dict, lang: str, dest: Path | None = None) -> str:
-    """The run's forecast figure, and its attention figure drawn again from the numbers in both
-    languages under ``dest`` (beside the page) when given, else the run's own."""
-    html = "".join(figure(run_dir / img, img, lang) for img in (f"forecast_{key}.png",) if (run_dir / img).is_file())
+    """The run's forecast and attention figures, each drawn again from the numbers in both languages
+    under ``dest`` (beside the page) when given and the run stored them, else the run's own."""
+    from ...page.figures import save_both
+    from .plots import attention_figure, forecast_figure
+
+    curve = run_dir / f"forecast_{key}.png"
+    if dest is not None and (st.get("curves") or {}).get("windows"):
+        curve = save_both(dest / curve.name, lambda lg: forecast_figure(st["curves"], lg))[0]
+    html = figure(curve, curve.name, lang) if curve.is_file() else ""
     lag = run_dir / f"attention_lag_{key}.png"
     if dest is not None and (st.get("attention") or {}).get("heatmap"):
-        from ...page.figures import save_both
-        from .plots import attention_figure
-
         lag = save_both(dest / lag.name, lambda lg: attention_figure(st["attention"], lg))[0]
     return html + (figure(lag, lag.name, lang) if lag.is_file() else "")
 

@@ -212,13 +212,14 @@ def run_setting(ctx, series, cfg: dict, input_len: int, horizon: int) -> dict:
                     attention = fr.attention_by_lag(model, data, series.lags_of_interest, device=ctx.device)
         models[name] = {"seeds": len(runs), **summarize(runs)}
         ctx.log(f"{setting} {name}: test MSE {models[name]['mse']['mean']:.4f} ± {models[name]['mse']['std']:.4f}")
-    fr.save_forecast_plot(ctx, data, plots, plot_idx, f"forecast_{setting}.png")
+    curves = fr.forecast_curves(data, plots, plot_idx)  # the plotted numbers, kept so the figure can be drawn again
+    fr.save_forecast_plot(ctx, curves, f"forecast_{setting}.png")
     if attention is not None:
         fr.save_attention_plot(ctx, attention, f"attention_lag_{setting}.png")
     return {
         "input_len": input_len, "horizon": horizon, "features": features, "target": data.target_names,
         "windows": {"policy": data.windows, "train": len(data.train), "val": len(data.val), "test": len(data.test)},
-        "borders": data.borders.as_dict(), "models": models, "attention": attention,
+        "borders": data.borders.as_dict(), "models": models, "attention": attention, "curves": curves,
         "published": fr.published_for(series.name, features, input_len, horizon),
     }
 

@@ -4,8 +4,9 @@ Measured (one thread, a few seconds): a toy decoder at the shape of the committe
 512, 8 heads, RoPE, fp32, batch 1, untrained: the speed does not depend on the weights) generates
 greedily after an 8-token prompt with a dynamic cache, a static cache, and recomputing the whole
 prefix at every step; tokens per second of each, and whether the three produced the same tokens.
-Quoted at render time: the committed 1,024-token benchmark (``decoding.json`` and ``decoding.png``
-of ``benchmarks/decoding.py``) from the folder of committed benchmark results the run names.
+Quoted at render time: the committed 1,024-token benchmark (``decoding.json`` of
+``benchmarks/decoding.py``) from the folder of committed benchmark results the run names, its figure
+drawn from the JSON beside the page in English and Chinese (:mod:`.plots`).
 
 Shapes: prompt (B=1, 8) tokens; generated (B=1, 8 + n) tokens.
 """
@@ -25,6 +26,7 @@ from ..lab.context import RunContext
 from ..lab.registry import Experiment, register
 from ..lab.results import Section
 from ..lab.threads import threads
+from .plots import decoding_png
 
 
 def _tokens_per_s(fn, n: int) -> tuple[float, torch.Tensor]:
@@ -49,16 +51,20 @@ def _measure(ToyDecoder, n_tokens: int, layers: tuple[int, ...]) -> list[dict]:
     return rows
 
 
-def committed_decoding(root: str | Path | None) -> dict:
+def committed_decoding(root: str | Path | None, out_dir: str | Path | None = None) -> dict:
     """The committed 1,024-token decoding benchmark under ``root``: tokens per second per model and
-    cache kind, and its figure's path; empty when ``root`` or ``decoding.json`` is missing."""
+    cache kind, and its figure's path; empty when ``root`` or ``decoding.json`` is missing. With
+    ``out_dir``, the figure is drawn there from the JSON in both languages (:mod:`.plots`), else the
+    committed English ``decoding.png`` is named."""
     path = committed("decoding.json", root)
     if path is None:
         return {}
-    models = json.loads(path.read_text(encoding="utf-8"))["models"]
+    bench = json.loads(path.read_text(encoding="utf-8"))
+    models = bench["models"]
     rows = [{"model": name, **{k: v["tokens_per_s"] for k, v in m.items() if isinstance(v, dict) and "tokens_per_s" in v}}
             for name, m in models.items()]
-    png = committed("decoding.png", root)
+    per_token = any(isinstance(v, dict) and v.get("per_token_ms") for m in models.values() for v in m.values())
+    png = decoding_png(bench, out_dir) if out_dir is not None and per_token else committed("decoding.png", root)
     return {"committed": rows, "committed_png": str(png.resolve()) if png else None}
 
 
@@ -91,7 +97,8 @@ class KVCache(Experiment):
         return {"n_tokens": n_tokens, "threads": n_threads, "rows": rows, "bench_results": c.get("bench_results")}
 
     def report(self, results, out_dir, lang: str = "en", full_results=None) -> Section:
-        data = {**results, **committed_decoding(results.get("bench_results"))}  # the committed benchmark: read now
+        # the committed benchmark: read now, its figure drawn beside the page in both languages
+        data = {**results, **committed_decoding(results.get("bench_results"), Path(out_dir) / "figures" / self.name)}
         return Section(self.heading(lang), render(data, lang))
 
     def summary(self, results, lang: str = "en", full_results=None):

@@ -10,7 +10,7 @@ the run's test images.
   it exceeds the seed spread ``sqrt(std_a² + std_b²)``: "helped", "hurt" or "no clear difference"
   ("one seed" when either model ran one seed: there is no spread to judge by).
 * :func:`make_figures` — the run's figures, each saved in English and, in ``zh/``, Chinese (the maps
-  over images are drawn by :mod:`.map_figures`, re-exported here);
+  over images are drawn by :mod:`.map_figures`, the gates by :mod:`.gate_figures`, re-exported here);
   :func:`run_figures` — the ones a finished run can be drawn again from (``results.json`` and the
   viewers' weights), by ``python -m attnkit.experiments.redraw_zh``;
 * the prose, tables and published numbers of the report section live in :mod:`.section`
@@ -26,6 +26,7 @@ import math
 import torch
 import torch.nn.functional as F
 
+from .gate_figures import gate_figures, gates_figure, pick_images, plotted_gates  # noqa: F401 (re-exported)
 from .map_figures import class_name, pixel_attention_figure, spatial_gate_figure, vit_attention_figure  # noqa: F401 (re-exported)
 from .section import DATA_NAMES, LABELS, PAPERS, PUBLISHED, PUBLISHED_SOURCE, reading_sentences, section  # noqa: F401 (re-exported)
 
@@ -134,34 +135,6 @@ def read_attention(trained: dict, x: torch.Tensor, raw: torch.Tensor, y: torch.T
 
 
 # ------------------------------------------------------------------------------------ figures
-def _pick_images(y: torch.Tensor, count: int) -> list[int]:
-    """The first test image of each of ``count`` different classes."""
-    seen, idx = set(), []
-    for i, k in enumerate(y.tolist()):
-        if k not in seen:
-            seen.add(k)
-            idx.append(i)
-        if len(idx) == count:
-            break
-    return idx
-
-
-def gates_figure(per_class: torch.Tensor, labels: list[str], title: str, lang: str = "en"):
-    """Channel gates (K classes, C channels) as a class × channel heatmap on the gates' 0-to-1 scale,
-    with a colour bar: which channels a class turns down reads along a row, how classes differ down a column."""
-    from ...page.figures import WIDTH_IN, _plt, pick
-
-    plt = _plt()
-    g = per_class.detach().float().numpy()
-    fig, ax = plt.subplots(figsize=(WIDTH_IN, 1.2 + 0.45 * g.shape[0]), constrained_layout=True)
-    im = ax.imshow(g, aspect="auto", cmap="magma", vmin=0.0, vmax=1.0, interpolation="nearest")
-    ax.set_yticks(range(len(labels)), labels)
-    ax.set_xlabel(pick(lang, "channel", "通道"))
-    ax.set_title(title, fontsize=10)
-    fig.colorbar(im, ax=ax, label=pick(lang, "gate (sigmoid, 0 = channel off)", "门控（sigmoid，0 = 关闭该通道）"), pad=0.01)
-    return fig
-
-
 MARKERS = {"resnet": "o", "se": "s", "eca": "^", "cbam": "D", "mhsa": "P", "vit": "X"}
 
 
@@ -194,50 +167,34 @@ def run_figures(results) -> list[tuple[str, object]]:
     """``(file name, draw(lang) -> figure)`` of the figures a finished run can be drawn again from:
     accuracy against cost from ``results`` (its ``results.json``), and, when ``results`` has the
     ``run_dir`` of a :class:`~attnkit.experiments.Results`, the MHSA2d and ViT maps from the weights
-    of its viewers (:mod:`.viewer_figures`). The gate figures need the trained models."""
+    of its viewers (:mod:`.viewer_figures`); the gate figures from ``results["plotted_gates"]``
+    (:func:`plotted_gates`), which runs drawn before it was stored do not hold."""
     from .viewer_figures import viewer_figures
 
     out = [("accuracy_vs_cost.png", lambda lang: accuracy_cost_figure(results["models"], lang))] if results.get("models") else []
+    out += gate_figures(results.get("plotted_gates") or {})  # stored by runs of this version
     run_dir = getattr(results, "run_dir", None)
     return out + (viewer_figures(run_dir) if run_dir is not None else [])
 
 
 @torch.no_grad()
-def make_figures(ctx, models: dict, trained: dict, x: torch.Tensor, raw: torch.Tensor, y: torch.Tensor, classes) -> list[str]:
+def make_figures(ctx, models: dict, trained: dict, x: torch.Tensor, raw: torch.Tensor, y: torch.Tensor, classes,
+                 plotted: dict | None = None) -> list[str]:
+    """Save the run's figures in both languages; ``plotted``: :func:`plotted_gates` of the same
+    models and images (computed here when not given)."""
     import attnkit
-    from ...inspect.vision import capture_gates
-    from ...page.figures import draw_both, pick
+    from ...page.figures import draw_both
 
     files = []  # the English files; each has a Chinese copy in zh/ when a CJK font is found
     # accuracy against parameters and against FLOPs, mean ± std over seeds
     draw_both(ctx.save_figure, "accuracy_vs_cost.png", lambda lang: accuracy_cost_figure(models, lang))
     files.append("accuracy_vs_cost.png")
 
-    picks = _pick_images(y, 3)
-    for name in ("se", "eca", "cbam"):
-        if name not in trained:
-            continue
-        with capture_gates(trained[name]) as rec:
-            trained[name](x[:500])
-        gate_name, g = list(rec.channel.items())[-1]
-        ys = y[: g.shape[0]]
-        ks = [int(y[i]) for i in picks]
-        per_class = torch.stack([g[ys == k].mean(0) for k in ks])  # (3, C)
-        title = (f"{LABELS[name]}: last-stage channel gates, mean over test images of each class",
-                 f"{LABELS[name]}：最后一个阶段的通道门控，各类别测试图像上的均值")
-        draw_both(ctx.save_figure, f"gates_{name}.png",
-                  lambda lang: gates_figure(per_class, [class_name(classes[k], lang) for k in ks], pick(lang, *title), lang))
-        files.append(f"gates_{name}.png")
-
-    if "cbam" in trained:
-        idx = _pick_images(y, 4)
-        with capture_gates(trained["cbam"]) as rec:
-            trained["cbam"](x[idx])
-        s = next(iter(rec.spatial.values()))  # (4, h, w)
-        names = [classes[int(y[i])] for i in idx]
-        draw_both(ctx.save_figure, "cbam_spatial.png",
-                  lambda lang: spatial_gate_figure(s, raw[idx, 0], [class_name(n, lang) for n in names], lang))
-        files.append("cbam_spatial.png")
+    picks = pick_images(y, 3)
+    plotted = plotted_gates(trained, x, raw, y, classes) if plotted is None else plotted
+    for name, draw in gate_figures(plotted):
+        draw_both(ctx.save_figure, name, draw)
+        files.append(name)
 
     if "mhsa" in trained:
         i = picks[0]

@@ -206,10 +206,12 @@ class VisionExperiment(Experiment):
 
         raw = data.test_x.mean(1, keepdim=True)  # one channel for the figures and the object mask (RGB: the mean)
         reading = vr.read_attention(trained, test_x[:500], raw[:500], data.test_y[:500], data.classes)
-        figures = vr.make_figures(ctx, out, trained, test_x, raw, data.test_y, data.classes)
+        plotted = vr.plotted_gates(trained, test_x, raw, data.test_y, data.classes)  # kept: the gate figures can be drawn again
+        figures = vr.make_figures(ctx, out, trained, test_x, raw, data.test_y, data.classes, plotted)
         return {
             "data": data.describe(), "normalisation": {"mean": mean, "std": std}, "models": out,
             "verdict": vr.verdicts(out), "reading": reading, "published": vr.PUBLISHED, "figures": figures,
+            "plotted_gates": plotted,
         }
 
     def report(self, results, out_dir, lang: str = "en", full_results=None):
