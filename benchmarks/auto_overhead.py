@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 from pathlib import Path
@@ -61,6 +62,7 @@ def measure(n: int, causal: bool, runs: int) -> dict:
         "n": n, "causal": causal, "backend": chosen,
         "auto_us": med["auto"], "forced_us": med["forced"], "direct_us": med["direct"],
         "overhead_us": med["auto"] - med["direct"], "dispatch_us": med["auto"] - med["forced"],
+        "loadavg_1min": os.getloadavg()[0],
     }
 
 
@@ -80,7 +82,8 @@ def main() -> None:
     worst = max(r["overhead_us"] for r in rows)
     res = {
         "torch": torch.__version__, "threads": torch.get_num_threads(), "runs": a.runs, "label": a.label,
-        "limit_us": LIMIT_US, "max_overhead_us": worst, "within_limit": worst <= LIMIT_US, "rows": rows,
+        "limit_us": LIMIT_US, "max_overhead_us": worst, "within_limit": worst <= LIMIT_US,
+        "loadavg_1min": os.getloadavg()[0], "rows": rows,
     }
     if a.before is not None:
         before = json.loads(a.before.read_text())

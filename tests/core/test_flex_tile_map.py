@@ -121,7 +121,10 @@ def test_computed_once_per_shape_and_reused():
     q = torch.randn(1, 2, 512, 16)
     for _ in range(3):  # three "layers"
         attnkit.attention(q, q, q, mask=mask)
-    assert TM.cache_info()["hits"] >= 2
+    # reused from the tile-map cache, or one level up from the fused route's cache of its segments
+    from attnkit.backends.blockwise import route_cache
+
+    assert TM.cache_info()["hits"] + route_cache.cache_info()["hits"] >= 2
     full_grid_calls = sum(1 for s in calls if s[2] == 512)  # the tile map evaluates all 512 rows in one chunk
     assert full_grid_calls == 1  # one evaluation serves every tile size the call asks for, and every later call
 

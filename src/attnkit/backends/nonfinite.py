@@ -56,6 +56,14 @@ def _sum_dtype(t: torch.Tensor) -> torch.dtype:
     return torch.float32
 
 
+def _sums_finite(ts: tuple[torch.Tensor, ...]) -> bool:
+    """True when every tensor's sum is finite (see :func:`all_finite`), read with one host sync."""
+    sums = [t.detach().sum(dtype=_sum_dtype(t)) for t in ts]
+    if len({x.dtype for x in sums}) > 1:
+        sums = [x.double() for x in sums]
+    return bool(torch.isfinite(torch.stack(sums)).all())
+
+
 def all_finite(t: torch.Tensor) -> bool:
     """True when every element of ``t`` is finite: one reduction, no O(n) temporary. A finite
     tensor whose sum overflows (|sum| > ~3e38 in float32) reads as not finite."""
@@ -107,7 +115,11 @@ def needs_exact(call: AttentionCall) -> bool:
     q, k, v = call.q, call.k, call.v
     if not (_readable(q) and _readable(k) and _readable(v)):
         return False
-    if not all_finite(q) or computed_bias_unsafe(call.bias):
+    if computed_bias_unsafe(call.bias):
+        return True
+    if _sums_finite((q, k, v)) and not dense_bias_unsafe(call.bias):
+        return False  # the common case, in one reduction per tensor and one host sync
+    if not all_finite(q):
         return True
     bias_bad = dense_bias_unsafe(call.bias)
     kv_bad = not (all_finite(k) and all_finite(v))

@@ -151,5 +151,9 @@ def flash_attention_cpu(q, k, v, attn_mask: torch.Tensor | None, is_causal: bool
         q, k = (torch.nn.functional.pad(t, (0, Ev - E)) for t in (q, k))
     elif E > Ev:
         v = torch.nn.functional.pad(v, (0, E - Ev))
-    out, lse = _FlashCPU.apply(q, k, v, attn_mask, is_causal, scale, groups)
+    inputs = (q, k, v) if attn_mask is None else (q, k, v, attn_mask)
+    if torch.is_grad_enabled() and any(t.requires_grad for t in inputs):
+        out, lse = _FlashCPU.apply(q, k, v, attn_mask, is_causal, scale, groups)
+    else:  # nothing to differentiate: the kernel alone (the autograd function's bookkeeping is ~10 µs a call)
+        out, lse = _FWD(q, _repeat_kv(k, groups), _repeat_kv(v, groups), 0.0, is_causal, attn_mask=attn_mask, scale=scale)
     return out[..., :Ev], lse

@@ -67,6 +67,11 @@ _CPU_RATES = {
     # over the pairs the kernel computes (the band's 64 + window keys per query)
     "fused_flops": {torch.float32: 115e9, torch.bfloat16: _SDPA_BF16, torch.float64: 40e9},
     "fused_band_flops": {torch.float32: 70e9, torch.bfloat16: 100e9, torch.float64: 25e9},
+    # a relative bias (ALiBi, T5) on the fused kernel per 512-query block, its values a strided view as the
+    # kernel's float mask: flops over the pairs the blocks compute, benchmarks/results/bias_and_small.json
+    # (n = 8k, float32, 1 thread) ALiBi 81 / 77 and T5 96 / 97 GFLOP/s unmasked / causal, the median;
+    # float64 not measured: float32's scaled by the fused kernel's float64 / float32 ratio (40 / 115)
+    "fused_relative_flops": {torch.float32: 88e9, torch.float64: 88e9 * 40 / 115},
     "fused_call_overhead_s": 25e-6,  # one fused kernel call, its views and the copy of its result
     "elem_per_s": 1.2e9,  # one element-wise op over one fp32 element
     "tile_overhead_s": 40e-6,  # Python and dispatch cost of one blockwise tile
@@ -141,6 +146,11 @@ def on_device(device: torch.device | str):
         yield
     finally:
         _DEVICE.reset(token)
+
+
+def current_device() -> str:
+    """The device type whose rates estimates read here (:func:`on_device`)."""
+    return _DEVICE.get()
 
 
 MASK_OPS = 3.0  # element-wise passes to evaluate a mask predicate on one element

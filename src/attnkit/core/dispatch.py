@@ -143,7 +143,10 @@ def choose(call: "AttentionCall", backend: str) -> tuple[registry.Backend, Repor
         for b in candidates[1:]:
             rejected[b.name] = f"supported, but {best.name} is preferred (no cost model under {where})"
         return best, Report(best.name, f"most preferred backend that supports the call ({where}: no cost model)", rejected=rejected, exact=best.exact)
-    with cost.on_device(call.q.device):  # the rates of the device the call runs on
+    if call.q.device.type == cost.current_device():  # already reading this device's rates: no context switch
         estimates = {b.name: b.estimate(call) for b in candidates if b.estimate is not None}
+    else:
+        with cost.on_device(call.q.device):  # the rates of the device the call runs on
+            estimates = {b.name: b.estimate(call) for b in candidates if b.estimate is not None}
     best, explain = cost.rank(candidates, estimates, budget)
     return best, _DeferredReport(best.name, explain, rejected, exact=best.exact, estimates=estimates)

@@ -6,7 +6,8 @@ blockwise would use), partly masked tiles evaluate the mask, a relative-position
 once per tile diagonal rather than once per tile, every Python-level tile costs a fixed overhead
 (why blockwise loses below ~1k tokens), and memory is O(n): accumulators, the output and a few
 tiles. Calls the fused CPU kernel serves (:mod:`.fused_function`) are estimated at that kernel's
-rates instead, and the estimate names the path (``"path"``), which ``auto``'s report repeats.
+rates instead, and the estimate names the path (``"path"``), which ``auto``'s report repeats; so
+are calls with a relative-position bias that :mod:`.fused_relative` runs on the kernel per query block.
 
 Shape legend: B batch, H heads, L queries, S keys, E/Ev head dims; bq × bk one tile.
 """
@@ -14,13 +15,17 @@ Shape legend: B batch, H heads, L queries, S keys, E/Ev head dims; bq × bk one 
 from __future__ import annotations
 
 import math
+import threading
 
 from ...core import cost
 from ...core.call import AttentionCall
+from ...core.indices import alignment_offset
+from ...core.mask_kinds import CausalMask, SlidingWindowMask
 from ...core.tiles import kept_fraction
 from ..tiling import default_tiles
 from .fused_band import CHUNK_ELEMS, chunks, tuned
 from .fused_function import PATH_NAMES, FusedRoute, route_of
+from .fused_relative import PATH_NAME as RELATIVE_PATH, RELATIVE_BLOCK, _eligible as _relative_eligible
 
 _SOFTMAX_OPS = 0.0  # the online softmax's passes are inside the measured flops rate
 
@@ -29,6 +34,8 @@ def estimate(call: AttentionCall) -> cost.Estimate:
     route = route_of(call)
     if route is not None:
         return _fused_estimate(call, route)
+    if _relative_applies(call):
+        return _relative_estimate(call)
     B, H, _, L, S, E, Ev = cost.dims(call)
     bq, bk = default_tiles(call.mask, L, S, call.q.dtype, call.q.device)
     kept, evaluated = kept_fraction(call.mask, L, S, bq, bk)
@@ -56,6 +63,33 @@ def estimate(call: AttentionCall) -> cost.Estimate:
 
 
 def _fused_estimate(call: AttentionCall, route: FusedRoute) -> cost.Estimate:
+    """:func:`_fused_estimate_of`, kept per (route, shapes, dtype, device's rates): a model repeats
+    the same call in every layer, and for tiny calls working the estimate out (a band's chunks and
+    edges) took ~20 µs (window, n = 64), a sixth of SDPA's whole kernel there. The route's segments
+    are compared by identity (the route cache hands out one object per mask and shape; another
+    object is another key)."""
+    B, H, _, L, S, E, Ev = cost.dims(call)
+    mask_extent = 0 if call.mask is None else cost.extent(call.mask, B, H, 1, 1)
+    key = (route.kind, route.band, route.causal_off, id(route.segments), B, H, L, S, E, Ev, call.q.dtype,
+           mask_extent, cost.current_device())
+    with _LOCK:
+        hit = _ESTIMATES.get(key)
+    if hit is not None and hit[0] is route.segments:
+        return dict(hit[1])  # a copy: the report hands estimates to users
+    est = _fused_estimate_of(call, route)
+    with _LOCK:
+        _ESTIMATES[key] = (route.segments, dict(est))  # holds the segments: their id is not reused meanwhile
+        while len(_ESTIMATES) > ESTIMATE_ENTRIES:
+            _ESTIMATES.pop(next(iter(_ESTIMATES)))  # oldest first
+    return est
+
+
+ESTIMATE_ENTRIES = 256  # fused-route estimates kept
+_ESTIMATES: dict[tuple, tuple[object, cost.Estimate]] = {}
+_LOCK = threading.Lock()
+
+
+def _fused_estimate_of(call: AttentionCall, route: FusedRoute) -> cost.Estimate:
     """Time and bytes of the fused-kernel path (:mod:`.fused_function`): flops over the pairs the
     kernel computes, one overhead per kernel call, and memory of the output, lse and one chunk."""
     B, H, _, L, S, E, Ev = cost.dims(call)
@@ -85,3 +119,50 @@ def _fused_estimate(call: AttentionCall, route: FusedRoute) -> cost.Estimate:
     if route.kind == "tiles":  # the mask evaluated on partial segments: predicate, select, additive copy
         time_s += cost.extent(call.mask, B, H, 1, 1) * partial * (cost.MASK_OPS + 2) / cost.RATES["elem_per_s"]
     return {"time_s": time_s, "bytes": float(out_bytes + extra), "path": PATH_NAMES[route.kind]}
+
+
+def _relative_applies(call: AttentionCall) -> bool:
+    """Whether the relative-bias route (:mod:`.fused_relative`) serves the call: the conditions of
+    :func:`.fused_relative.relative_route_of` that need no bias value (a bias holding a NaN or inf,
+    or inputs that are not finite, send the call to the tile loop when it runs)."""
+    if not _relative_eligible(call, None, None):
+        return False
+    mask, bias = call.mask, call.bias
+    return bias.relative and bias.dims <= {"h"} and (mask is None or (mask.shift_invariant and not mask.dims))
+
+
+def _offset_range(mask, L: int, S: int) -> tuple[float, float]:
+    """(lowest, highest) key - query offset ``mask`` allows, as far as its kind says (the full
+    range for masks that do not declare it: an upper bound on the keys each block reads)."""
+    lo, hi = -float("inf"), float("inf")
+    if type(mask) is CausalMask:
+        hi = alignment_offset(mask.align, L, S)
+    elif type(mask) is SlidingWindowMask:
+        off = alignment_offset(mask.align, L, S)
+        lo = -float("inf") if mask.left is None else off - mask.left
+        hi = float("inf") if mask.right is None else off + mask.right
+    return lo, hi
+
+
+def _relative_estimate(call: AttentionCall) -> cost.Estimate:
+    """Time and bytes of the relative-bias route: one kernel call per block of RELATIVE_BLOCK queries
+    against the keys its rows may see, at the rate ``fused_relative_flops`` (measured with the
+    bias's view as the kernel's float mask), plus the bias evaluated once per offset (H · (L + S))."""
+    B, H, _, L, S, E, Ev = cost.dims(call)
+    l = min(RELATIVE_BLOCK, L)
+    lo, hi = _offset_range(call.mask, L, S)
+    computed, calls = 0, 0
+    for q0 in range(0, L, l):
+        q1 = min(q0 + l, L)
+        k0, k1 = max(0, q0 + lo), min(S, q1 + hi)  # keys some row of the block may see
+        if k1 > k0:
+            computed += (q1 - q0) * int(k1 - k0)
+            calls += 1
+    n_off = H * (L + S - 1)  # the bias's values per offset, evaluated once
+    time_s = cost.RATES["call_overhead_s"]["blockwise_fused"] + calls * cost.RATES["fused_call_overhead_s"]
+    time_s += 2 * B * H * computed * (E + Ev) / cost.rate("fused_relative_flops", call.q.dtype)
+    time_s += n_off * (cost.bias_ops(call.bias) + 2) / cost.RATES["elem_per_s"]
+    # the output and lse, the offsets' values, and one block's flipped queries and output
+    nbytes = B * H * L * Ev * call.q.element_size() + B * H * L * 4 + n_off * call.q.element_size()
+    nbytes += 2 * B * H * l * Ev * call.q.element_size()
+    return {"time_s": time_s, "bytes": float(nbytes), "path": RELATIVE_PATH}

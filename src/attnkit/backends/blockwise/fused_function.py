@@ -59,7 +59,8 @@ from .fused_causal_grad import causal_grads
 from .fused_causal import dense_forward
 from .fused_gate import available
 from .fused_grad import kernel_lse_grads
-from .fused_tiles import Segments, segments_of, tiles_backward, tiles_forward
+from .fused_tiles import Segments, tiles_backward, tiles_forward
+from .route_cache import cached_segments
 
 __all__ = ["FusedRoute", "route_of", "run_fused", "PATH_NAMES"]
 
@@ -119,7 +120,7 @@ def route_of(call, block_q: int | None = None, block_kv: int | None = None) -> F
     if q.shape[-1] != v.shape[-1] or q.shape[0] == 0:
         return None
     opts = current_options()
-    if opts.block_q is not None or opts.block_kv is not None:
+    if opts.block_q is not None or opts.block_kv is not None or not available(q.dtype):
         return None
     L, S = q.shape[2], k.shape[2]
     mask = call.mask
@@ -127,13 +128,13 @@ def route_of(call, block_q: int | None = None, block_kv: int | None = None) -> F
         route = FusedRoute("dense", call.scale)
     elif type(mask) is CausalMask:
         route = FusedRoute("causal", call.scale, mask, causal_off=alignment_offset(mask.align, L, S))
-    elif type(mask) is SlidingWindowMask and band_of(mask, L, S) is not None:
-        route = FusedRoute("band", call.scale, mask, band=band_of(mask, L, S))
-    elif "h" not in mask.dims and (segs := segments_of(mask, L, S)) is not None:
+    elif type(mask) is SlidingWindowMask and (band := band_of(mask, L, S)) is not None:
+        route = FusedRoute("band", call.scale, mask, band=band)
+    elif "h" not in mask.dims and (segs := cached_segments(mask, L, S)) is not None:  # cached per (mask, L, S)
         route = FusedRoute("tiles", call.scale, mask, segments=segs)
     else:
         return None
-    return route if available(q.dtype) else None
+    return route
 
 
 def _lastdim_contiguous(t: torch.Tensor) -> torch.Tensor:
