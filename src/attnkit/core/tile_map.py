@@ -26,14 +26,13 @@ b / h; nq, nk query and key tile counts; l rows of one chunk.
 
 from __future__ import annotations
 
-import threading
 import weakref
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Callable
 
 import torch
 
+from .identity_cache import IdentityLRU
 from .indices import index_grid
 from .tiles import EMPTY, FULL, PARTIAL, TileGrid, block_all_any
 
@@ -43,9 +42,7 @@ CHUNK_ELEMENTS = 1 << 22  # predicate results evaluated at once (4 Mi bools: 512
 BASE = 64  # uniform grids whose tile sizes are multiples of BASE are derived from the BASE × BASE map
 CACHE_SIZE = 128  # tile maps kept (one per predicate, shape and tile size)
 
-_CACHE: OrderedDict[tuple, tuple[Callable[[], object], torch.Tensor]] = OrderedDict()
-_LOCK = threading.Lock()
-_STATS = {"hits": 0, "misses": 0}
+_CACHE = IdentityLRU(lambda: CACHE_SIZE)  # key -> (weak reference to the predicate, codes)
 
 
 def predicate_tile_states(
@@ -61,12 +58,9 @@ def predicate_tile_states(
     dev = torch.device(device) if device is not None else torch.device("cpu")
     gkey = _grid_key(grid)
     key = (id(fn), _captured_versions(fn), grid.L, grid.S, batch, heads, gkey, str(dev))
-    with _LOCK:
-        hit = _CACHE.get(key)
-        if hit is not None and hit[0]() is fn:  # the same object, not a new one at a reused address
-            _CACHE.move_to_end(key)
-            _STATS["hits"] += 1
-            return hit[1]
+    hit = _CACHE.get(key, fn)
+    if hit is not None:
+        return hit
     if gkey[0] == "uniform" and gkey[1:] != (BASE, BASE) and gkey[1] % BASE == 0 and gkey[2] % BASE == 0:
         # every tile size a call asks for (the cost model's, the fused path's, the tile loop's) comes
         # from one evaluation on the BASE grid: a tile is empty / full exactly when all its BASE tiles are
@@ -76,26 +70,18 @@ def predicate_tile_states(
         codes = _evaluate_uniform(fn, grid.L, grid.S, gkey[1], gkey[2], batch, heads, dev)
     else:
         codes = _evaluate(fn, grid, batch, heads, dev)
-    with _LOCK:
-        _STATS["misses"] += 1
-        _CACHE[key] = (_ref(fn), codes)
-        _CACHE.move_to_end(key)
-        while len(_CACHE) > CACHE_SIZE:
-            _CACHE.popitem(last=False)
+    _CACHE.put(key, _ref(fn), codes)
     return codes
 
 
 def clear_cache() -> None:
     """Forget every cached tile map (a predicate that read changed global state: rebuild instead)."""
-    with _LOCK:
-        _CACHE.clear()
-        _STATS.update(hits=0, misses=0)
+    _CACHE.clear()
 
 
 def cache_info() -> dict[str, int]:
     """{"hits", "misses", "size"} of the tile-map cache since the last :func:`clear_cache`."""
-    with _LOCK:
-        return {**_STATS, "size": len(_CACHE)}
+    return _CACHE.info()
 
 
 def _call(fn: Callable, q_range, kv_range, nb: int, nh: int, dev: torch.device) -> tuple[torch.Tensor, torch.Tensor]:

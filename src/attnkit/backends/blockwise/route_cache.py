@@ -29,10 +29,9 @@ entries are kept, least recently used dropped first; each holds a tuple of ints 
 
 from __future__ import annotations
 
-import threading
 import weakref
-from collections import OrderedDict
 
+from ...core.identity_cache import IdentityLRU
 from ...core.mask_values import CustomMask
 from ...core.tile_map import captured_tensors
 from ..sdpa_mask_cache import _mask_tensors
@@ -42,9 +41,7 @@ __all__ = ["cached_segments", "clear_cache", "cache_info", "CACHE_ENTRIES"]
 
 CACHE_ENTRIES = 256  # (mask, L, S) entries kept
 
-_LOCK = threading.Lock()
-_CACHE: OrderedDict[tuple, tuple[object, Segments]] = OrderedDict()  # key -> (identity check, segments)
-_STATS = {"hits": 0, "misses": 0}
+_CACHE = IdentityLRU(lambda: CACHE_ENTRIES)  # key -> (identity check, segments)
 
 
 def _none() -> None:
@@ -83,32 +80,21 @@ def cached_segments(mask, L: int, S: int) -> Segments | None:
     if mkey is None:
         return segments_of(mask, L, S)
     key = (mkey, L, S)
-    with _LOCK:
-        hit = _CACHE.get(key)
-        if hit is not None and hit[0]() is owner:
-            _CACHE.move_to_end(key)
-            _STATS["hits"] += 1
-            return hit[1]
+    hit = _CACHE.get(key, owner)
+    if hit is not None:
+        return hit
     segs = segments_of(mask, L, S)
     if segs is None:  # tile states unreadable here (meta, tracing): nothing to keep
         return None
-    with _LOCK:
-        _STATS["misses"] += 1
-        _CACHE[key] = (ref, segs)
-        _CACHE.move_to_end(key)
-        while len(_CACHE) > CACHE_ENTRIES:
-            _CACHE.popitem(last=False)
+    _CACHE.put(key, ref, segs)
     return segs
 
 
 def clear_cache() -> None:
     """Forget every cached route segment."""
-    with _LOCK:
-        _CACHE.clear()
-        _STATS.update(hits=0, misses=0)
+    _CACHE.clear()
 
 
 def cache_info() -> dict[str, int]:
     """{"hits", "misses", "size"} of the route cache since the last :func:`clear_cache`."""
-    with _LOCK:
-        return {**_STATS, "size": len(_CACHE)}
+    return _CACHE.info()
