@@ -37,6 +37,17 @@ except ImportError:  # hypothesis is a dev extra; the tests that need it importo
     pass
 
 
+@pytest.fixture
+def one_thread():
+    """One intra-op thread for the test, the caller's count restored after: tiny ops on a shared
+    machine otherwise spend their time waiting on each other's threads (about 10x slower here), and
+    some comparisons need one thread to be bit-exact. Use with ``pytest.mark.usefixtures``."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 @pytest.fixture(autouse=True)
 def _seed_torch():
     """Every test starts from the same RNG state, whatever ran before it on this worker."""

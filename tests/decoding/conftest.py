@@ -2,12 +2,8 @@
 2-core machine (a test took 3.5 s with 2 threads under load, 0.05 s with 1)."""
 
 import pytest
-import torch
 
 
 @pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+def _one_thread(one_thread):
+    """Every decoding test on one intra-op thread (the shared fixture in tests/conftest.py)."""

@@ -37,14 +37,7 @@ SEED, N_CASES = 8, 250
 CASES = [draw_case(random.Random(SEED * 1_000_003 + i), i) for i in range(N_CASES)]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """The cases are tiny: with several intra-op threads on a shared machine they spend most of
-    their time waiting for each other (about 10x slower here), so run them on one and restore."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny calls: one intra-op thread (tests/conftest.py)
 
 
 @pytest.mark.parametrize("params", CASES, ids=[f"{c['index']}-{c['dtype']}-{c['L']}x{c['S']}" for c in CASES])

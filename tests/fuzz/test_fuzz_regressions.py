@@ -20,7 +20,6 @@ from functools import lru_cache
 from pathlib import Path
 
 import pytest
-import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 
@@ -44,12 +43,7 @@ def _case(seed: int, budget: str, index: int) -> dict:
     return _drawn(seed, budget, max(PINNED[(seed, budget)]))[index]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny calls: one intra-op thread (tests/conftest.py)
 
 
 @pytest.mark.parametrize("seed,budget,index", [(s, b, i) for (s, b), idx in PINNED.items() for i in idx],

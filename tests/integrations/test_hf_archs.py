@@ -34,12 +34,7 @@ NO_TRUTH_ATOL = 2.5e-5
 GENERATES = [a for a in tm.ARCHS if a.kind in ("decoder", "seq2seq", "audio")]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny calls: one intra-op thread (tests/conftest.py)
 
 
 def _double(inputs: dict) -> dict:

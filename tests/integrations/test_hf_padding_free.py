@@ -34,12 +34,7 @@ TOL = {"sdpa": 1e-10, "eager": 1e-6}
 LENGTHS = [5, 3, 8, 1, 6]  # mistral / gemma2 have sliding_window=4: it binds inside the longer sequences
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny calls: one intra-op thread (tests/conftest.py)
 
 
 @pytest.fixture

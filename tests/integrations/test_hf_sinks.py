@@ -32,12 +32,7 @@ TOL = {"gpt_oss": 1e-12, "gemma2": 1e-6}
 NAMES = {b: akhf.register(f"attnkit_sinks_{b}", backend=b) for b in BACKENDS}
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny calls: one intra-op thread (tests/conftest.py)
 
 
 @pytest.fixture
