@@ -66,35 +66,48 @@ def _grid(rows: list[dict]):
     return cells, ylab, xlab
 
 
-def plot_grid(result: dict, path: Path) -> None:
-    """Heatmaps of SDPA/blockwise time and memory ratios over the whole sweep."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+def grid_figure(result: dict, lang: str = "en"):
+    """The whole sweep as two grids, one above the other at page width: time and memory ratios
+    (SDPA / blockwise), each cell's ratio and ``auto``'s choice in a legible size; titles in ``lang``."""
     import numpy as np
 
+    from ..page.figures import WIDTH_IN, _plt, pick
+
+    plt = _plt()
+    t = lambda en, zh: pick(lang, en, zh)  # noqa: E731
     cells, ylab, xlab = _grid(result["rows"])
-    fig, axes = plt.subplots(1, 2, figsize=(15, 0.45 * len(ylab) + 2.5))
+    fig, axes = plt.subplots(2, 1, figsize=(WIDTH_IN, 2 * (0.42 * len(ylab) + 1.3)), constrained_layout=True)
     for ax, key, title in zip(axes, ("median_ms", "peak_mib"),
-                              ("time: SDPA / blockwise (> 1: blockwise faster)", "peak memory: SDPA / blockwise")):
+                              (t("time: SDPA ÷ blockwise (blue, > 1: blockwise faster)", "时间：SDPA ÷ blockwise（蓝色 > 1：blockwise 更快）"),
+                               t("peak memory: SDPA ÷ blockwise (blue, > 1: blockwise smaller)", "峰值内存：SDPA ÷ blockwise（蓝色 > 1：blockwise 更省）"))):
         z = np.full((len(ylab), len(xlab)), np.nan)
         for i, y in enumerate(ylab):
             for j, x in enumerate(xlab):
                 c = cells[y].get(x, {})
                 if "sdpa" in c and "blockwise" in c:
                     z[i, j] = math.log10(max(c["sdpa"][key], 0.1) / max(c["blockwise"][key], 0.1))
-                choice = c.get("auto", {}).get("chosen", "")
-                ratio = "–" if np.isnan(z[i, j]) else f"{10 ** z[i, j]:.2g}"
-                ax.text(j, i, f"{ratio}\n{choice[:5]}", ha="center", va="center", fontsize=6)
+                chose = {"blockwise": "B", "sdpa": "S", "reference": "R"}.get(c.get("auto", {}).get("chosen", ""), "")
+                v = 10 ** z[i, j]
+                ratio = "–" if np.isnan(z[i, j]) else f"{v:.0f}" if v >= 10 else f"{v:.2g}"
+                dark = np.isfinite(z[i, j]) and abs(z[i, j]) > 1.2
+                ax.text(j, i, f"{ratio} {chose}", ha="center", va="center", fontsize=9, color="white" if dark else "black")
         lim = np.nanmax(np.abs(z)) if np.isfinite(z).any() else 1.0
         im = ax.imshow(z, cmap="RdBu", vmin=-lim, vmax=lim, aspect="auto")
-        ax.set_xticks(range(len(xlab)), [f"{_SHORT.get(d, d)}\nn={n}" for n, d in xlab], fontsize=7)
-        ax.set_yticks(range(len(ylab)), [f"{m}/{b}" for m, b in ylab], fontsize=7)
-        ax.set_title(title, fontsize=9)
-        fig.colorbar(im, ax=ax, label="log10 ratio", shrink=0.8)
-    fig.suptitle(f"attnkit full sweep (cell: ratio, and the backend auto chose; – = SDPA skipped, dense tensors too large), "
-                 f"B=1 H=8 E=64, torch {result['machine']['torch']}, {result['machine']['cpus']} CPUs", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+        ax.set_xticks(range(len(xlab)), [f"{_SHORT.get(d, d)} n={n}" for n, d in xlab], fontsize=9)
+        ax.set_yticks(range(len(ylab)), [f"{m}/{b}" for m, b in ylab], fontsize=9)
+        ax.set_title(title, fontsize=11)
+        bar = fig.colorbar(im, ax=ax, shrink=0.9, pad=0.01)
+        ticks = [v for v in (-2, -1, 0, 1, 2) if abs(v) <= lim]
+        bar.set_ticks(ticks, labels=[f"{10 ** v:g}×" for v in ticks])
+        bar.set_label(t("ratio (log scale)", "比值（对数刻度）"))
+    fig.suptitle(t("Each cell: the ratio, then the backend auto chose (B blockwise, S SDPA, R reference); – = SDPA skipped "
+                   "(its dense tensors would not fit)",
+                   "每格：比值，以及 auto 选择的后端（B = blockwise，S = SDPA，R = reference）；– = SDPA 被跳过（稠密张量放不下）"), fontsize=10)
+    return fig
+
+
+def plot_grid(result: dict, path: Path) -> None:
+    """The sweep's grids (:func:`grid_figure`, English) saved to ``path``."""
+    from ..page.figures import save
+
+    save(grid_figure(result), path)

@@ -68,54 +68,12 @@ def headline_html(h: dict, lang: str) -> str:
     return html
 
 
-def sweep_figure(result: dict, lang: str = "en"):
-    """The whole sweep drawn for the page: time and memory ratios (SDPA / blockwise) as two grids,
-    one above the other at page width, each cell's ratio and ``auto``'s choice in a legible size."""
-    import math
-
-    import numpy as np
-
-    from ...bench.plot import _SHORT, _grid
-    from ...page.figures import WIDTH_IN, _plt, pick
-
-    plt = _plt()
-    t = lambda en, zh: pick(lang, en, zh)  # noqa: E731
-    cells, ylab, xlab = _grid(result["rows"])
-    fig, axes = plt.subplots(2, 1, figsize=(WIDTH_IN, 2 * (0.42 * len(ylab) + 1.3)), constrained_layout=True)
-    for ax, key, title in zip(axes, ("median_ms", "peak_mib"),
-                              (t("time: SDPA ÷ blockwise (blue, > 1: blockwise faster)", "时间：SDPA ÷ blockwise（蓝色 > 1：blockwise 更快）"),
-                               t("peak memory: SDPA ÷ blockwise (blue, > 1: blockwise smaller)", "峰值内存：SDPA ÷ blockwise（蓝色 > 1：blockwise 更省）"))):
-        z = np.full((len(ylab), len(xlab)), np.nan)
-        for i, y in enumerate(ylab):
-            for j, x in enumerate(xlab):
-                c = cells[y].get(x, {})
-                if "sdpa" in c and "blockwise" in c:
-                    z[i, j] = math.log10(max(c["sdpa"][key], 0.1) / max(c["blockwise"][key], 0.1))
-                chose = {"blockwise": "B", "sdpa": "S", "reference": "R"}.get(c.get("auto", {}).get("chosen", ""), "")
-                v = 10 ** z[i, j]
-                ratio = "–" if np.isnan(z[i, j]) else f"{v:.0f}" if v >= 10 else f"{v:.2g}"
-                dark = np.isfinite(z[i, j]) and abs(z[i, j]) > 1.2
-                ax.text(j, i, f"{ratio} {chose}", ha="center", va="center", fontsize=9, color="white" if dark else "black")
-        lim = np.nanmax(np.abs(z)) if np.isfinite(z).any() else 1.0
-        im = ax.imshow(z, cmap="RdBu", vmin=-lim, vmax=lim, aspect="auto")
-        ax.set_xticks(range(len(xlab)), [f"{_SHORT.get(d, d)} n={n}" for n, d in xlab], fontsize=9)
-        ax.set_yticks(range(len(ylab)), [f"{m}/{b}" for m, b in ylab], fontsize=9)
-        ax.set_title(title, fontsize=11)
-        bar = fig.colorbar(im, ax=ax, shrink=0.9, pad=0.01)
-        ticks = [v for v in (-2, -1, 0, 1, 2) if abs(v) <= lim]
-        bar.set_ticks(ticks, labels=[f"{10 ** v:g}×" for v in ticks])
-        bar.set_label(t("ratio (log scale)", "比值（对数刻度）"))
-    fig.suptitle(t("Each cell: the ratio, then the backend auto chose (B blockwise, S SDPA, R reference); – = SDPA skipped "
-                   "(its dense tensors would not fit)",
-                   "每格：比值，以及 auto 选择的后端（B = blockwise，S = SDPA，R = reference）；– = SDPA 被跳过（稠密张量放不下）"), fontsize=10)
-    return fig
-
-
 def sweep(result: dict, root: str | Path | None = None, out: Path | None = None) -> dict:
     """The whole sweep's counts and how often auto chose well (JSON-able; words at render time);
     with ``out`` (a folder), its grid drawn for the page in both languages there, once per version
     of the sweep and of this file (else the committed PNG)."""
     from ...bench import auto_choices
+    from ...bench.plot import grid_figure
     from ...page.figures import cjk_font, save_both, zh_path
 
     png = committed("attention_full.png", root)
@@ -123,7 +81,7 @@ def sweep(result: dict, root: str | Path | None = None, out: Path | None = None)
         version = hashlib.sha256(json.dumps(result, sort_keys=True).encode() + Path(__file__).read_bytes()).hexdigest()[:12]
         png = Path(out) / f"sweep-{version}.png"
         if not png.is_file() or (cjk_font() is not None and not zh_path(png).is_file()):
-            save_both(png, lambda lang: sweep_figure(result, lang))
+            save_both(png, lambda lang: grid_figure(result, lang))
     return {"measured": sum("median_ms" in r for r in result["rows"]), "skipped": sum("skipped" in r for r in result["rows"]),
             "minutes": result["wall_s"] / 60, "auto": result.get("auto_choices") or auto_choices(result["rows"]),
             "png": str(png.resolve()) if png else None}

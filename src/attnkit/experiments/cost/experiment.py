@@ -9,7 +9,7 @@ result of it is found, the quick backend benchmark (``attnkit bench --quick``, f
 names: the quick benchmark, the full comparison at 4k-16k tokens and the whole sweep
 (``attention_quick.json``, ``attention.json``, ``attention_full.json`` of ``attnkit bench``); the
 quick benchmark's and the sweep's figures are drawn from those JSON files in English and Chinese
-(:mod:`.quick_figure`, :func:`.bench.sweep_figure`).
+(:mod:`.quick_figure`, :func:`attnkit.bench.plot.grid_figure`).
 
 Shape legend: B batch, H heads, n = L = S sequence length, E feature size.
 """
