@@ -6,7 +6,8 @@
 Each row reads one committed file (all one thread, fp32 unless said, B=1, H=8, E=64, medians):
 ``flex_race.json`` (blockwise's fused route against compiled FlexAttention and SDPA in the same
 run), ``bf16_window.json``, ``bias_and_small.json`` (relative biases at 8k against the tile loop of
-the previous code, and small masked calls against SDPA given a prebuilt dense mask).
+the previous code, and small masked calls against SDPA given a prebuilt dense mask),
+``causal_interleaved.json`` (causal ``auto`` against SDPA ``is_causal``, timed call by call in one process).
 ``tests/docs/test_readme_goal_table.py`` checks that the README holds exactly these lines.
 """
 
@@ -17,6 +18,7 @@ from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
 HEADER = "| goal | measured | met |"
+FILES = ("flex_race.json", "bf16_window.json", "bias_and_small.json", "causal_interleaved.json")
 
 
 def _load(results: Path, name: str) -> dict:
@@ -36,7 +38,7 @@ def _yes(ok: bool) -> str:
 
 def table_lines(results: Path = RESULTS) -> list[str]:
     """The table (header, rule, one line per goal) as the committed JSON gives it."""
-    race, bf16, bs = (_load(results, f) for f in ("flex_race.json", "bf16_window.json", "bias_and_small.json"))
+    race, bf16, bs, causal_il = (_load(results, f) for f in FILES)
     rows = race["rows"]
     lines = [HEADER, "|---|---|---|"]
 
@@ -60,10 +62,12 @@ def table_lines(results: Path = RESULTS) -> list[str]:
     lines.append(f"| window 256, n=16k forward+backward: ≤ 450 ms, ≤ 150 MiB | {got['median_ms']:.0f} ms, "
                  f"{got['peak_above_inputs_mib']:.0f} MiB | {_yes(goal['met'])} |")
 
-    c_auto, c_sdpa = _row(rows, "causal_8k_fp32_fwd", "attnkit_auto"), _row(rows, "causal_8k_fp32_fwd", "sdpa_causal")
-    cr = c_sdpa["median_ms"] / c_auto["median_ms"]
-    lines.append(f"| causal n=8k: ≥ 0.97× SDPA `is_causal` | {c_auto['median_ms']:.0f} vs {c_sdpa['median_ms']:.0f} ms "
-                 f"= {cr:.2f}× | {_yes(cr >= 0.97)} |")
+    causal = causal_il["rows"]
+    worst = min(r["ratio"] for r in causal)
+    lines.append("| causal n=" + " / ".join(f"{r['n'] // 1024}k" for r in causal) + ": ≥ 0.97× SDPA `is_causal` (the two "
+                 "timed call by call, interleaved in one process) | " + "; ".join(
+                     f"{r['auto_ms']:.0f} vs {r['sdpa_causal_ms']:.0f} ms = {r['ratio']:.2f}×" for r in causal)
+                 + f" | {_yes(worst >= 0.97)} |")
     p_auto, p_mask = (_row(rows, "causal_prefix_2k_8k_fp32_fwd", i) for i in ("attnkit_auto", "sdpa_mask"))
     pr = p_mask["median_ms"] / p_auto["median_ms"]
     lines.append(f"| causal, 2k queries after a cached 6k prefix (bottom-right): ≥ 0.97× SDPA | {p_auto['median_ms']:.0f} vs "
