@@ -34,11 +34,28 @@ def write_atomic(path: str | Path, write: Callable[[Any], None], *, binary: bool
 
 
 def remove_stale_temporaries(folder: str | Path) -> None:
-    """Delete temporary files a killed process left in ``folder`` (not recursive)."""
+    """Delete temporary files a killed process left in ``folder`` (not recursive). A temporary whose
+    writer is still alive is kept: two processes may share an output folder (a second worker
+    training other models of the same run), and deleting one's file mid-write would crash it."""
     folder = Path(folder)
     if folder.is_dir():
         for p in folder.glob(f".*{_TMP}*"):
-            p.unlink(missing_ok=True)
+            if not _writer_alive(p):
+                p.unlink(missing_ok=True)
+
+
+def _writer_alive(tmp: Path) -> bool:
+    """Whether the process that names ``tmp`` (``.NAME.tmp-PID``) is still running on this machine."""
+    pid = tmp.name.rsplit(_TMP, 1)[-1]
+    if not pid.isdigit() or int(pid) == os.getpid():
+        return False  # this process writes one file at a time: a temporary of its own is a leftover
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # exists, owned by another user
+    return True
 
 
 def to_jsonable(obj: Any) -> Any:
