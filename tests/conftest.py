@@ -68,3 +68,19 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.section("not tested on this machine", sep="-", bold=False)
         for reason in reasons:
             terminalreporter.write_line(reason)
+
+
+@pytest.fixture
+def fresh_call_caches():
+    """Empty per-signature caches (validation and backend choice, the sdpa backend's plans, its
+    prepared masks) before and after the test, so a hit or a miss is the test's own doing. Use with
+    ``pytest.mark.usefixtures``."""
+    from attnkit.backends import sdpa_mask_cache, sdpa_plan
+    from attnkit.core import call_cache
+
+    call_cache.clear()
+    sdpa_plan.clear_plans()
+    sdpa_mask_cache.clear()
+    yield
+    call_cache.clear()
+    sdpa_plan.clear_plans()

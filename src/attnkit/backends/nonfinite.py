@@ -32,13 +32,15 @@ Shape legend: B batch, H query heads, Hkv key/value heads, L queries, S keys.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ..core.call import AttentionCall
 from ..core.output import BackendResult
 from . import reference
 
-__all__ = ["needs_exact", "run_exact", "all_finite", "dense_bias_unsafe", "computed_bias_unsafe"]
+__all__ = ["needs_exact", "run_exact", "all_finite", "inputs_finite", "squares_if_finite", "dense_bias_unsafe", "computed_bias_unsafe"]
 
 
 def _readable(t: torch.Tensor) -> bool:
@@ -57,11 +59,45 @@ def _sum_dtype(t: torch.Tensor) -> torch.dtype:
 
 
 def _sums_finite(ts: tuple[torch.Tensor, ...]) -> bool:
-    """True when every tensor's sum is finite (see :func:`all_finite`), read with one host sync."""
-    sums = [t.detach().sum(dtype=_sum_dtype(t)) for t in ts]
+    """True when every tensor's sum is finite (see :func:`all_finite`), read with one host sync:
+    the sums are read as Python floats (one ``tolist``), which costs fewer tensor ops than testing
+    them on the device (about 10 µs instead of 17 µs for three small tensors on CPU)."""
+    sums = [_plain_sum(t) for t in ts]
     if len({x.dtype for x in sums}) > 1:
         sums = [x.double() for x in sums]
-    return bool(torch.isfinite(torch.stack(sums)).all())
+    return all(math.isfinite(x) for x in torch.stack(sums).tolist())
+
+
+def inputs_finite(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
+    """True when q, k and v hold no NaN or inf (their sums are finite; see :func:`all_finite`); the
+    caller has made sure their values can be read (not ``meta``, not traced, not under torch.func)."""
+    if q.dtype in _OWN_SUM and not (q.requires_grad or k.requires_grad or v.requires_grad):
+        # the common case in as few tensor ops as it takes: three sums, each read on the host
+        return math.isfinite(q.sum().item()) and math.isfinite(k.sum().item()) and math.isfinite(v.sum().item())
+    return _sums_finite((q, k, v))
+
+
+def _plain_sum(t: torch.Tensor) -> torch.Tensor:
+    """``t``'s sum in :func:`_sum_dtype`, outside autograd, with no more tensor ops than needed."""
+    if t.requires_grad:
+        t = t.detach()
+    return t.sum() if t.dtype in _OWN_SUM else t.sum(dtype=_sum_dtype(t))
+
+
+_OWN_SUM = (torch.float32, torch.float64, torch.bfloat16)  # summed in their own dtype (_sum_dtype)
+
+
+def squares_if_finite(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> list[float] | None:
+    """[Σq², Σk², Σv²] as Python floats (one host sync) when all three are finite, else None.
+
+    A finite sum of squares proves every element finite (a NaN or inf squares to NaN or inf, and
+    squares cannot cancel), so a call without a bias whose three sums are finite needs no exact
+    path; the sums also bound every score (:func:`attnkit.backends.sdpa_mask_cache.dead_keys_inert`).
+    None also when a finite tensor's squares overflow (|x| above ~1.8e19 in float32): the caller
+    then runs the full check (:func:`needs_exact`). Contiguous float32 / float64 tensors only: one
+    BLAS dot product each."""
+    sq = torch.stack([torch.dot(t.detach().view(-1), t.detach().view(-1)) for t in (q, k, v)]).tolist()
+    return sq if all(math.isfinite(x) for x in sq) else None
 
 
 def all_finite(t: torch.Tensor) -> bool:

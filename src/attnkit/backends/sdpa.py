@@ -28,6 +28,11 @@ Two guards run before the kernel, both O(n) (benchmarks/results/reliability_cost
   query may see, the call gets the reference's result instead (the fused op returns 0, not NaN,
   for an unmasked query row holding a NaN).
 
+Repeated plain calls (no bias, score, sinks or GQA; a signature :mod:`attnkit.core.call_cache` has
+seen) run a plan kept per signature (:mod:`.sdpa_plan`): the prepared mask, its additive form
+and the layout decisions are taken once, and each call pays only the NaN/inf check (merged with
+the dead keys' bound when the mask has dead keys), the kernel and the empty rows' fills.
+
 Dense masks and biases are O(L·S) memory; the report records their bytes.
 """
 
@@ -41,7 +46,7 @@ from ..core.call import AttentionCall
 from ..core.masks import CausalMask
 from ..core.output import BackendResult, materialized
 from ..core.tiles import kept_fraction
-from . import sdpa_flash, sdpa_mask_cache
+from . import sdpa_flash, sdpa_mask_cache, sdpa_plan
 from .nonfinite import needs_exact, run_exact
 
 
@@ -129,7 +134,32 @@ def _functorch_wrapped(t: torch.Tensor) -> bool:
     return not torch.compiler.is_compiling() and torch._C._functorch.is_functorch_wrapped_tensor(t)
 
 
+def _make_plan(call: AttentionCall) -> sdpa_plan.Plan | None:
+    q, k, v = call.q, call.k, call.v
+    if (call.bias is not None or call.sinks is not None or not _fused(call) or not call.score.identity_dot
+            or work_dtype(call) != q.dtype or call.groups != 1 or q.shape[-1] != v.shape[-1]
+            or any(kernel_layout(t) is not t for t in (q, k, v))):
+        return None
+    B, H, L, S = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
+    is_causal = call.mask is not None and _uses_is_causal(call)
+    if call.mask is None or is_causal:
+        if is_causal and L < S:
+            return None  # keys no query sees are zeroed every call: the general path
+        return sdpa_plan.Plan(is_causal, None, None, False, ())
+    if q.dtype not in (torch.float32, torch.float64) or not (
+            sdpa_mask_cache.plain_strides(k) and sdpa_mask_cache.plain_strides(v) and sdpa_mask_cache.plain_strides(q)):
+        return None
+    prep = sdpa_mask_cache.prepared(call.mask, B, H, k.shape[1], L, S, q)
+    if prep.allowed.numel() > sdpa_mask_cache.MAX_ELEMENTS:
+        return None
+    am = prep.additive_mask(q.dtype)
+    return sdpa_plan.Plan(False, prep, am.expand(am.shape[0], am.shape[1], L, S), prep.any_dead, (materialized("mask", prep.allowed),))
+
+
 def run(call: AttentionCall) -> BackendResult:
+    plan = sdpa_plan.plan_of(call, _make_plan)
+    if plan is not None:
+        return sdpa_plan.run_planned(call, plan)
     if needs_exact(call):  # NaN/inf in q, k or v: the fused op would zero a NaN query row (..nonfinite)
         return run_exact(call)
     dt = call.q.dtype
@@ -205,6 +235,17 @@ def run(call: AttentionCall) -> BackendResult:
     return BackendResult(out.to(dt), None, lse, fully_masked if fully_masked is not None else 0, mats)
 
 
+_MASK_READ_OPS = 0.1  # element-wise passes per score the kernel spends reading a prepared additive mask
+
+
+def _mask_kept(call: AttentionCall, n_mask: int) -> bool:
+    """Whether :func:`run` reuses this call's prepared mask from an earlier call of the same mask and
+    shapes (:mod:`.sdpa_mask_cache`: attnkit's own mask kinds, up to MAX_ELEMENTS), so a model's
+    repeated calls pay to build it once. A custom predicate is built every call."""
+    return (call.mask is not None and n_mask <= sdpa_mask_cache.MAX_ELEMENTS
+            and sdpa_mask_cache._cacheable(call.mask, call.q) is not None)
+
+
 def estimate(call: AttentionCall) -> cost.Estimate:
     """Time and extra bytes of :func:`run` (terms in :mod:`attnkit.core.cost`): all L·S pairs are
     computed unless ``is_causal`` is exact, whose kernel skips whole 512-key tiles; any other mask
@@ -223,14 +264,20 @@ def estimate(call: AttentionCall) -> cost.Estimate:
     else:
         time_s += 2 * pairs * (E + Ev) / cost.rate("sdpa_flops", dt)
         n_mask = cost.extent(mask, B, H, L, S) if mask is not None else 0
+        kept = bias is None and _mask_kept(call, n_mask)
         if mask is not None:
-            time_s += n_mask * (cost.MASK_OPS + 4) / elem  # evaluate the predicate, find dead keys and empty rows, unmask them
+            if not kept:  # evaluate the predicate, find dead keys and empty rows, unmask them
+                time_s += n_mask * (cost.MASK_OPS + 4) / elem
             nbytes += n_mask  # one bool per element
         if bias is not None:
             n = max(cost.extent(bias, B, H, L, S), n_mask)
             time_s += n * (cost.bias_ops(bias) + 4) / elem  # build, fold mask in, scan for empty rows, unmask them
             nbytes += 2 * n * es  # the bias and its masked copy
-        if mask is not None or bias is not None:
+        if kept:
+            # the prepared additive mask, kept from an earlier call: the kernel only reads it (n = 128,
+            # B = 1, H = 8: 359 µs with it, 351 µs without, float32, 1 thread, torch 2.13)
+            time_s += pairs * _MASK_READ_OPS / elem
+        elif mask is not None or bias is not None:
             time_s += pairs * 1.0 / elem  # the kernel reads the dense mask for every score
     nbytes += B * H * L * Ev * es  # output
     return {"time_s": time_s, "bytes": float(nbytes)}

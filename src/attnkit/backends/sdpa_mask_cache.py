@@ -9,8 +9,9 @@ are kept here and reused.
 
 What makes a reuse safe: the entry is keyed by the mask *object* (held by the entry and compared
 by identity, so a new object with a recycled ``id`` misses), the shapes (B, H, Hkv, L, S), the
-device and the work dtype, and the ``_version`` counter of every tensor the mask holds (document
-ids, padding lengths, a bool tensor mask): an in-place edit of them misses the cache. Masks whose
+device, and the mask's description (:func:`attnkit.core.call_cache.mask_state`): its constants (a
+window's width) and the identity and ``_version`` counter of every tensor it holds (document ids,
+padding lengths, a bool tensor mask), so an in-place edit of either misses the cache. Masks whose
 values can depend on tensors the cache cannot see are never cached: custom predicates
 (:class:`~attnkit.core.mask_values.CustomMask`, whose function may capture anything) and mask
 classes defined outside attnkit. Not used while ``torch.compile`` traces, under ``torch.func``, on
@@ -29,7 +30,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-__all__ = ["Prepared", "prepared", "dead_keys_inert", "sum_of_squares", "plain_strides", "clear", "MAX_ENTRIES", "MAX_ELEMENTS"]
+from ..core.call_cache import mask_state
+
+__all__ = ["Prepared", "prepared", "dead_keys_inert", "squares_inert", "sum_of_squares", "plain_strides", "clear", "MAX_ENTRIES", "MAX_ELEMENTS"]
 
 MAX_ENTRIES = 8
 MAX_ELEMENTS = 1 << 21  # elements of the dense mask (B|1 · H|1 · L · S): n = 512 with B = 8
@@ -111,7 +114,12 @@ def prepared(mask, B: int, H: int, Hkv: int, L: int, S: int, q: torch.Tensor) ->
     tensors = _cacheable(mask, q)
     if tensors is None:
         return _build(mask, B, H, Hkv, L, S, q.device)
-    key = (id(mask), B, H, Hkv, L, S, q.device, tuple((id(t), t._version) for t in tensors))
+    # the mask's constants too (a window's width edited in place is another mask); its tensors by
+    # identity and version, alive as long as the entry's mask holds them (checked: hit.mask is mask)
+    state = mask_state(mask)
+    if state is None:
+        return _build(mask, B, H, Hkv, L, S, q.device)
+    key = (id(mask), B, H, Hkv, L, S, q.device, state[0])
     with _LOCK:
         hit = _CACHE.get(key)
         if hit is not None and hit.mask is mask:
@@ -138,8 +146,13 @@ def dead_keys_inert(call, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> 
         return False
     if _cacheable(None, q) is None:
         return False  # values unreadable (meta, torch.compile, torch.func): zero the dead keys as always
-    sq = [float(sum_of_squares(t)) for t in (q, k, v)]
-    bound = abs(call.scale) * (sq[0] * sq[1]) ** 0.5 if sq[0] < 1e300 and sq[1] < 1e300 else float("inf")
+    return squares_inert(call.scale, [float(sum_of_squares(t)) for t in (q, k, v)])
+
+
+def squares_inert(scale: float, sq: list[float]) -> bool:
+    """:func:`dead_keys_inert`'s test on [Σq², Σk², Σv²] already read (a dot-score call of float32 /
+    float64 inputs): all finite and ``|scale| · sqrt(Σq² · Σk²)`` below 1e30."""
+    bound = abs(scale) * (sq[0] * sq[1]) ** 0.5 if sq[0] < 1e300 and sq[1] < 1e300 else float("inf")
     return all(x == x and x < float("inf") for x in sq) and bound < 1e30
 
 

@@ -98,6 +98,17 @@ class _DeferredReport(Report):
         self._rejected = value
 
 
+def fresh_report(report: Report) -> Report:
+    """A copy of the report :func:`choose` gave, as it was then, for another call of the same
+    signature (:mod:`attnkit.core.call_cache`): its own estimates and lists (callers append to the
+    reason and the materialized list). A deferred report stays deferred: its sentences are built
+    from the estimates the choice was made with, which no report exposes (:func:`choose`)."""
+    estimates = {name: dict(e) for name, e in report.estimates.items()}
+    if isinstance(report, _DeferredReport) and report._explain is not None:
+        return _DeferredReport(report.backend, report._explain, report._unsupported, exact=report.exact, estimates=estimates)
+    return Report(report.backend, report.reason, dict(report.rejected), exact=report.exact, estimates=estimates)
+
+
 def choose(call: "AttentionCall", backend: str) -> tuple[registry.Backend, Report]:
     if backend != "auto":
         b = registry.get(backend)
@@ -149,4 +160,7 @@ def choose(call: "AttentionCall", backend: str) -> tuple[registry.Backend, Repor
         with cost.on_device(call.q.device):  # the rates of the device the call runs on
             estimates = {b.name: b.estimate(call) for b in candidates if b.estimate is not None}
     best, explain = cost.rank(candidates, estimates, budget)
-    return best, _DeferredReport(best.name, explain, rejected, exact=best.exact, estimates=estimates)
+    # the report gets a copy: explain() reads the estimates later, and an edit of report.estimates
+    # must not change the sentences of this or a later report of the same signature (fresh_report)
+    shown = {name: dict(e) for name, e in estimates.items()}
+    return best, _DeferredReport(best.name, explain, rejected, exact=best.exact, estimates=shown)

@@ -36,6 +36,7 @@ class Backend:
 
 _REGISTRY: dict[str, Backend] = {}
 _SORTED: tuple[Backend, ...] | None = None  # available()'s order, rebuilt after (un)registering
+_GENERATION = [0]  # bumped by every (un)register: caches of past choices (core.call_cache) key on it
 
 
 def register(
@@ -56,6 +57,7 @@ def register(
     b = Backend(name, run, supports or _serves_all, exact, estimate, priority)
     _REGISTRY[name] = b
     _SORTED = None
+    _GENERATION[0] += 1
     return b
 
 
@@ -67,6 +69,12 @@ def unregister(name: str) -> None:
     global _SORTED
     _REGISTRY.pop(name, None)
     _SORTED = None
+    _GENERATION[0] += 1
+
+
+def generation() -> int:
+    """A counter that changes whenever a backend is registered or unregistered."""
+    return _GENERATION[0]
 
 
 def get(name: str) -> Backend:
