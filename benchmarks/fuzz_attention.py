@@ -48,6 +48,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget", choices=sorted(BUDGETS), default="small", help="shape budget (tests/fuzz/_fuzz_cases.py)")
     ap.add_argument("--chunk", type=int, default=250, help="write the JSON every this many cases")
     ap.add_argument("--fresh", action="store_true", help="ignore an existing --out instead of resuming")
+    ap.add_argument("--bias-kind", default=None, help="of the --cases drawn, run only those with a bias part of this kind (custom, tensor, ...)")
+    ap.add_argument("--custom-route-block", type=int, default=0,
+                    help="blockwise's per-chunk bias route (attnkit.backends.blockwise.fused_custom) in blocks of this many "
+                         "queries and keys, so small cases span several blocks and lse merges, with the cases' own tile "
+                         "sizes dropped (they select the tile loop); counts the calls the route served")
     args = ap.parse_args(argv)
     if args.cases <= 0 or args.chunk <= 0:
         ap.error("--cases and --chunk must be positive")
@@ -59,17 +64,27 @@ def main(argv: list[str] | None = None) -> int:
                       "counts": {}, "classes": {}, "requests": {}, "stored_per_group": {}, "failures": []}
     rng = random.Random(args.seed)
     params = [draw_case(rng, i, args.budget) for i in range(args.cases)]  # drawn in order, so a resume sees the same cases
+    if args.bias_kind:  # the drawn cases with such a bias part, in the same order
+        params = [p for p in params if any(part["kind"] == args.bias_kind for part in p["bias"])]
     names = backends()
     start, t0 = state["cases_run"], time.perf_counter()
     try:
         from tqdm import tqdm
 
-        bar = tqdm(total=args.cases, initial=start, unit="case", smoothing=0.05)
+        bar = tqdm(total=len(params), initial=start, unit="case", smoothing=0.05)
     except ImportError:  # pragma: no cover - tqdm ships with the test environment
         bar = None
-    for i in range(start, args.cases):
+    route_calls = _small_custom_route(args.custom_route_block) if args.custom_route_block > 0 else None
+    if args.bias_kind or route_calls is not None:  # what selected and changed the cases
+        state.update(bias_kind=args.bias_kind, custom_route_block=args.custom_route_block)
+    for i in range(start, len(params)):
         p = params[i]
+        if route_calls is not None:
+            p = params[i] = dict(p, tiles=None)  # explicit tile sizes select the tile loop, not the route
         res = run_case(p, names)
+        if route_calls is not None:
+            state["custom_route_calls"] = state.get("custom_route_calls", 0) + route_calls.pop()
+            route_calls.append(0)
         for name, v in res.verdicts.items():
             cell = (state["counts"].setdefault(name, {}).setdefault(p["dtype"], {})
                     .setdefault(mask_label(p["mask"]), {}).setdefault(bias_label(p["bias"]), {}))
@@ -93,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         state["cases_run"] = i + 1
         if bar is not None:
             bar.update(1)
-        if (i + 1) % args.chunk == 0 or i + 1 == args.cases:
+        if (i + 1) % args.chunk == 0 or i + 1 == len(params):
             state["seconds"] += time.perf_counter() - t0
             t0 = time.perf_counter()
             _save(args.out, state)
@@ -101,6 +116,23 @@ def main(argv: list[str] | None = None) -> int:
         bar.close()
     print(json.dumps(state["summary"], indent=1))
     return 0
+
+
+def _small_custom_route(block: int) -> list[int]:
+    """Make blockwise's per-chunk bias route run ``block`` queries by ``block`` keys per kernel call;
+    returns a one-item list counting the calls the route served since it was last read."""
+    from attnkit.backends.blockwise import fused_custom
+
+    fused_custom.BLOCK, fused_custom.CHUNK_ELEMS = block, 1
+    fused_custom._CACHE.clear()
+    calls, forward = [0], fused_custom.custom_forward
+
+    def counted(*args, **kwargs):
+        calls[-1] += 1
+        return forward(*args, **kwargs)
+
+    fused_custom.custom_forward = counted
+    return calls
 
 
 def _features(p: dict, res) -> list[str]:

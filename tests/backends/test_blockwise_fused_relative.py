@@ -15,12 +15,13 @@ import pytest
 import torch
 
 import attnkit
+from _fused_bias_cases import errors, inputs, mask_of
 from attnkit import biases
 from attnkit import masks as M
-from attnkit.backends.blockwise import fused_relative
+from attnkit.backends.blockwise import fused_custom, fused_relative
 
 RELATIVE = fused_relative.PATH_NAME
-TILE_LOOP = "Python tile loop"
+CUSTOM = fused_custom.PATH_NAME  # every other additive bias
 
 
 @pytest.fixture(autouse=True)
@@ -48,38 +49,6 @@ def _bias(name, H):
     raise ValueError(name)
 
 
-def _mask(name, B, L, S):
-    if name == "none":
-        return None
-    if name == "causal":
-        return M.causal()
-    if name == "causal_top_left":
-        return M.causal(align="top_left")
-    if name == "window":
-        return M.sliding_window(11, 4)
-    if name == "padding":
-        return M.padding_mask([S - 5 * i for i in range(B)], S)
-    if name == "document":
-        return M.document(torch.arange(S) * 3 // S) if L == S else None
-    raise ValueError(name)
-
-
-def _inputs(B, H, Hkv, L, S, E, dtype=torch.float32, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return [torch.randn(B, h, n, E, generator=g, dtype=dtype) * 1.5 for h, n in ((H, L), (Hkv, S), (Hkv, S))]
-
-
-def _errors(q, k, v, bias, mask):
-    """(fused error, reference float32 error, fused result): both against the float64 oracle."""
-    res = attnkit.attention(q, k, v, bias=bias, mask=mask, backend="blockwise")
-    ref32 = attnkit.attention(q, k, v, bias=bias, mask=mask, backend="reference")
-    oracle = attnkit.attention(*(t.double() for t in (q, k, v)), bias=bias, mask=mask, backend="reference")
-    err = (res.out.double() - oracle.out).abs().max().item()
-    err32 = (ref32.out.double() - oracle.out).abs().max().item()
-    assert torch.equal(torch.isneginf(res.lse), torch.isneginf(oracle.lse)), "fully masked rows differ"
-    return err, err32, res
-
-
 SHAPES = [(2, 4, 2, 45, 45, 16), (1, 4, 4, 19, 50, 8), (2, 6, 3, 50, 23, 16)]  # GQA; L < S; L > S
 
 
@@ -88,8 +57,8 @@ SHAPES = [(2, 4, 2, 45, 45, 16), (1, 4, 4, 19, 50, 8), (2, 6, 3, 50, 23, 16)]  #
 @pytest.mark.parametrize("bias", ["alibi", "t5", "shaw", "alibi+shaw", "t5_causal_top_left"])
 def test_relative_bias_matches_the_float64_oracle(bias, mask, shape):
     B, H, Hkv, L, S, E = shape
-    q, k, v = _inputs(B, H, Hkv, L, S, E)
-    err, err32, res = _errors(q, k, v, _bias(bias, H), _mask(mask, B, L, S))
+    q, k, v = inputs(B, H, Hkv, L, S, E)
+    err, err32, res = errors(q, k, v, _bias(bias, H), mask_of(mask, B, L, S))
     assert RELATIVE in res.report.reason
     assert err <= 3 * err32 + 1e-6, (err, err32)
 
@@ -99,22 +68,20 @@ def test_relative_bias_matches_the_float64_oracle(bias, mask, shape):
 @pytest.mark.parametrize("bias", ["custom", "alibi", "dense"])
 def test_other_biases_and_masks_match_the_float64_oracle(bias, mask, shape):
     B, H, Hkv, L, S, E = shape
-    q, k, v = _inputs(B, H, Hkv, L, S, E)
-    m = _mask(mask, B, L, S)
-    if mask == "document" and m is None:
-        pytest.skip("document ids cover one length: L == S only")
+    q, k, v = inputs(B, H, Hkv, L, S, E)
+    m = mask_of(mask, B, L, S)
     if bias == "dense":
         b = torch.randn(1, H, L, S, generator=torch.Generator().manual_seed(5))
     else:
         b = _bias(bias, H)
-    err, err32, res = _errors(q, k, v, b, m)
-    # only a relative bias with a mask of key - query only takes the fused route
-    assert (RELATIVE if bias == "alibi" and mask in ("none", "causal", "window") else TILE_LOOP) in res.report.reason
+    err, err32, res = errors(q, k, v, b, m)
+    # only a relative bias with a mask of key - query takes the relative route; the rest the custom one
+    assert (RELATIVE if bias == "alibi" and mask in ("none", "causal", "window") else CUSTOM) in res.report.reason
     assert err <= 3 * err32 + 1e-6, (err, err32)
 
 
 def test_fully_masked_rows_are_zero_with_lse_minus_inf():
-    q, k, v = _inputs(1, 2, 2, 30, 12, 8)
+    q, k, v = inputs(1, 2, 2, 30, 12, 8)
     res = attnkit.attention(q, k, v, bias=biases.ALiBi(2), mask=M.causal(), backend="blockwise")  # rows 0..17 see nothing
     assert RELATIVE in res.report.reason
     assert torch.equal(res.out[:, :, :18], torch.zeros_like(res.out[:, :, :18]))
@@ -124,15 +91,15 @@ def test_fully_masked_rows_are_zero_with_lse_minus_inf():
 
 @pytest.mark.parametrize("bias", ["alibi", "t5", "custom"])
 def test_gradcheck_float64(bias):
-    q, k, v = (t.requires_grad_() for t in _inputs(1, 2, 1, 9, 11, 4, dtype=torch.float64))
+    q, k, v = (t.requires_grad_() for t in inputs(1, 2, 1, 9, 11, 4, dtype=torch.float64))
     b = _bias(bias, 2)
     mask = M.causal()
-    assert (RELATIVE if bias != "custom" else TILE_LOOP) in attnkit.attention(q, k, v, bias=b, mask=mask, backend="blockwise").report.reason
+    assert (RELATIVE if bias != "custom" else CUSTOM) in attnkit.attention(q, k, v, bias=b, mask=mask, backend="blockwise").report.reason
     torch.autograd.gradcheck(lambda q, k, v: attnkit.attention(q, k, v, bias=b, mask=mask, backend="blockwise").out, (q, k, v))
 
 
 def test_learned_table_gradient_matches_the_reference():
-    q, k, v = _inputs(2, 4, 2, 40, 40, 8, dtype=torch.float64)
+    q, k, v = inputs(2, 4, 2, 40, 40, 8, dtype=torch.float64)
     b = _bias("t5", 4)
     dout = torch.randn(2, 4, 40, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
     grads = {}
@@ -145,7 +112,7 @@ def test_learned_table_gradient_matches_the_reference():
 
 
 def test_float32_gradients_within_the_reference_error():
-    q, k, v = _inputs(1, 4, 2, 37, 37, 16)
+    q, k, v = inputs(1, 4, 2, 37, 37, 16)
     dout = torch.randn(1, 4, 37, 16, generator=torch.Generator().manual_seed(2))
     b = biases.ALiBi(4)
 
@@ -163,7 +130,7 @@ def test_float32_gradients_within_the_reference_error():
 
 
 def test_double_backward_raises_a_clear_error():
-    q, k, v = (t.requires_grad_() for t in _inputs(1, 2, 2, 8, 8, 4, dtype=torch.float64))
+    q, k, v = (t.requires_grad_() for t in inputs(1, 2, 2, 8, 8, 4, dtype=torch.float64))
     out = attnkit.attention(q, k, v, bias=biases.ALiBi(2), backend="blockwise").out
     (g,) = torch.autograd.grad(out.sum(), q, create_graph=True)
     with pytest.raises(RuntimeError, match="double backward"):
@@ -173,7 +140,7 @@ def test_double_backward_raises_a_clear_error():
 @pytest.mark.parametrize("garbage", [float("inf"), 1e38])
 def test_hostile_values_the_mask_hides_leave_the_fused_route_and_never_leak(garbage):
     # causal with L > S: query rows 0..9 see no key; a huge value there would meet the kernel's -inf
-    q, k, v = _inputs(1, 2, 2, 30, 20, 8)
+    q, k, v = inputs(1, 2, 2, 30, 20, 8)
     clean = attnkit.attention(q, k, v, bias=biases.ALiBi(2), mask=M.causal(), backend="blockwise")
     assert RELATIVE in clean.report.reason
     q2 = q.clone()
@@ -185,7 +152,7 @@ def test_hostile_values_the_mask_hides_leave_the_fused_route_and_never_leak(garb
 
 
 def test_bf16_and_explicit_tiles_keep_the_tile_loop():
-    q, k, v = _inputs(1, 2, 2, 16, 16, 8)
+    q, k, v = inputs(1, 2, 2, 16, 16, 8)
     res = attnkit.attention(*(t.bfloat16() for t in (q, k, v)), bias=biases.ALiBi(2), backend="blockwise")
     assert "tile loop" in res.report.reason
     with attnkit.options(block_q=8, block_kv=8):

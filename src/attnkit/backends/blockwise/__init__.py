@@ -88,7 +88,10 @@ gate and a one-time self-test (:mod:`.fused_gate`); explicit tile sizes select t
 Calls with a relative-position bias (ALiBi, T5, Shaw; float32 / float64; no mask, or one of
 key - query only: causal, windows; otherwise the same conditions) run one kernel call per query
 block with the block's bias as the kernel's float mask, a view of the bias's values per offset
-(:mod:`.fused_relative`); their gradients come from the tile loop's backward.
+(:mod:`.fused_relative`); their gradients come from the tile loop's backward. Other additive biases
+(custom functions, dense tensors; the same conditions, masks that do not read the head) run one
+kernel call per query block and key chunk with the bias evaluated on that chunk as the kernel's
+float mask, merged by log-sum-exp (:mod:`.fused_custom`); the same backward.
 
 Shape legend: B batch, H query heads, Hkv key/value heads (GQA: query head h reads kv head
 h // (H / Hkv)), L queries, S keys, E query/key dim, Ev value dim; l, s: one tile's query and key
@@ -107,6 +110,7 @@ from ..tiling import EMPTY, PARTIAL, default_tiles, set_tile_sizes, tile_map
 from .cost import estimate
 from .function import _BlockwiseFunction, _BlockwiseFunctionCtx
 from .fused_function import route_of, run_fused
+from .fused_custom import custom_route_of, run_custom
 from .fused_relative import relative_route_of, run_relative
 from .leaks import live_key_rows
 from .params import _bias_params
@@ -208,6 +212,9 @@ def _blockwise(call: AttentionCall, block_q: int | None, block_kv: int | None, s
     rel_route = relative_route_of(call, block_q, block_kv)  # a relative bias on the fused kernel (:mod:`.fused_relative`)
     if rel_route is not None:
         return run_relative(call, rel_route, lambda c: _blockwise(c, *default_tiles(c.mask, c.L, c.S, c.q.dtype, c.q.device), seed))
+    custom_route = custom_route_of(call, block_q, block_kv)  # any other additive bias, per key chunk (:mod:`.fused_custom`)
+    if custom_route is not None:
+        return run_custom(call, custom_route, lambda c: _blockwise(c, *default_tiles(c.mask, c.L, c.S, c.q.dtype, c.q.device), seed))
     q, k, v = call.q, call.k, call.v
     B, H, L, E = q.shape
     Hkv, S = k.shape[1], k.shape[2]

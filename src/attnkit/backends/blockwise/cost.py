@@ -7,7 +7,8 @@ once per tile diagonal rather than once per tile, every Python-level tile costs 
 (why blockwise loses below ~1k tokens), and memory is O(n): accumulators, the output and a few
 tiles. Calls the fused CPU kernel serves (:mod:`.fused_function`) are estimated at that kernel's
 rates instead, and the estimate names the path (``"path"``), which ``auto``'s report repeats; so
-are calls with a relative-position bias that :mod:`.fused_relative` runs on the kernel per query block.
+are calls with a relative-position bias that :mod:`.fused_relative` runs on the kernel per query block,
+and calls with any other additive bias that :mod:`.fused_custom` runs per query block and key chunk.
 
 Shape legend: B batch, H heads, L queries, S keys, E/Ev head dims; bq × bk one tile.
 """
@@ -25,6 +26,7 @@ from ...core.tiles import kept_fraction
 from ..tiling import default_tiles
 from .fused_band import CHUNK_ELEMS, chunks, tuned
 from .fused_function import PATH_NAMES, FusedRoute, route_of
+from .fused_custom import BLOCK as CUSTOM_BLOCK, PATH_NAME as CUSTOM_PATH, chunk_keys, custom_route_of
 from .fused_relative import PATH_NAME as RELATIVE_PATH, RELATIVE_BLOCK, _eligible as _relative_eligible
 
 _SOFTMAX_OPS = 0.0  # the online softmax's passes are inside the measured flops rate
@@ -36,6 +38,9 @@ def estimate(call: AttentionCall) -> cost.Estimate:
         return _fused_estimate(call, route)
     if _relative_applies(call):
         return _relative_estimate(call)
+    custom = custom_route_of(call)
+    if custom is not None:
+        return _custom_estimate(call, custom)
     B, H, _, L, S, E, Ev = cost.dims(call)
     bq, bk = default_tiles(call.mask, L, S, call.q.dtype, call.q.device)
     kept, evaluated = kept_fraction(call.mask, L, S, bq, bk)
@@ -85,6 +90,7 @@ def _fused_estimate(call: AttentionCall, route: FusedRoute) -> cost.Estimate:
 
 
 ESTIMATE_ENTRIES = 256  # fused-route estimates kept
+FULL_RATE_BLOCK = 64  # band block size (queries) from which the band kernel runs at its measured rate
 _ESTIMATES: dict[tuple, tuple[object, cost.Estimate]] = {}
 _LOCK = threading.Lock()
 
@@ -98,7 +104,10 @@ def _fused_estimate_of(call: AttentionCall, route: FusedRoute) -> cost.Estimate:
         band = tuned(route.band, call.q.dtype)  # the block size and padding the forward runs
         computed = B * H * L * band.w  # every query block against its b + left + right (+ pad) keys
         calls = B * len(chunks(band, H, E)) + len(band.edges())
-        rate = cost.rate("fused_band_flops", call.q.dtype)
+        # the measured rate holds for 64-query blocks; narrower blocks (a short window) run smaller
+        # GEMMs, slower per flop: window 64 (b = 32) ran at 39 GFLOP/s where windows 128 and 256
+        # (b = 64) ran at 69-75 (n = 2048, float32, 1 thread, torch 2.13), so the rate scales with b
+        rate = cost.rate("fused_band_flops", call.q.dtype) * min(1.0, band.b / FULL_RATE_BLOCK)
         extra = 3 * CHUNK_ELEMS * 4
     elif route.kind == "causal":
         off = route.causal_off
@@ -166,3 +175,28 @@ def _relative_estimate(call: AttentionCall) -> cost.Estimate:
     nbytes = B * H * L * Ev * call.q.element_size() + B * H * L * 4 + n_off * call.q.element_size()
     nbytes += 2 * B * H * l * Ev * call.q.element_size()
     return {"time_s": time_s, "bytes": float(nbytes), "path": RELATIVE_PATH}
+
+
+# element-wise passes over a bias chunk of :data:`.fused_custom.CHUNK_ELEMS` run this many times faster
+# than ``elem_per_s`` (whole-tensor passes): a log-distance custom bias (cost_per_element 8) at
+# n = 8192, H = 8 evaluated its 537 M elements in 1.1-1.3 s (benchmarks/bias_and_small.py's allocator)
+_CHUNK_ELEM_SPEEDUP = 3.0
+
+
+def _custom_estimate(call: AttentionCall, route) -> cost.Estimate:
+    """Time and bytes of the per-chunk bias route (:mod:`.fused_custom`): the kernel over the pairs
+    the mask's non-empty tiles hold at ``fused_relative_flops`` (a float mask read per pair), one
+    call per key chunk, the bias evaluated on every computed pair (at its own batch and head
+    extent) and one pass writing the (B, H) mask; memory: the output, lse and one chunk buffer."""
+    B, H, _, L, S, E, Ev = cost.dims(call)
+    bias = call.bias
+    nb, nh = (B if "b" in bias.dims else 1), (H if "h" in bias.dims else 1)
+    step = chunk_keys(B * H * min(CUSTOM_BLOCK, L))
+    calls = sum(-(-(k1 - k0) // step) for _, _, runs in route.blocks for k0, k1, _ in runs)
+    pairs = route.pairs()
+    time_s = cost.RATES["call_overhead_s"]["blockwise_fused"] + calls * cost.RATES["fused_call_overhead_s"]
+    time_s += 2 * B * H * pairs * (E + Ev) / cost.rate("fused_relative_flops", call.q.dtype)
+    time_s += (nb * nh * cost.bias_ops(bias) + B * H) * pairs / (_CHUNK_ELEM_SPEEDUP * cost.RATES["elem_per_s"])
+    nbytes = B * H * L * Ev * call.q.element_size() + B * H * L * 4
+    nbytes += B * H * min(CUSTOM_BLOCK, L) * min(step, S) * call.q.element_size()
+    return {"time_s": time_s, "bytes": float(nbytes), "path": CUSTOM_PATH}

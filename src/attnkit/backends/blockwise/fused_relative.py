@@ -19,10 +19,8 @@ block's key range is cut to the keys some row of it may see (causal: the kernel 
 past the diagonal block).
 
 Other additive biases (custom functions, dense tensors) and masks that are not a function of
-``key - query`` (padding, documents) stay on the tile loop: a slab evaluated per block and handed to
-the kernel measured slower than the tile loop (a custom log-distance bias at 8k: 3.5 s against
-2.4 s), since the kernel then reads a dense float mask and the bias still costs its element-wise
-evaluation.
+``key - query`` (padding, documents) take :mod:`.fused_custom`, which evaluates the bias per key
+chunk and hands it to the kernel as a float mask.
 
 Exactness: the kernel computes ``q kᵀ · scale + slab`` in the input dtype and subtracts each row's
 max over the whole row (all keys of the block's range in one call: no merge), as SDPA with a dense
@@ -193,12 +191,13 @@ def _tile_plan(call, q, k) -> _Plan:
 
 
 class _RelativeFunction(torch.autograd.Function):
-    """(call, route, q, k, v, *params) -> (out, lse); the backward is the tile loop's."""
+    """(call, route, forward, q, k, v, *params) -> (out, lse), ``forward(call, route, q, k, v)`` the
+    route's fused forward (this module's, or :mod:`.fused_custom`'s); the backward is the tile loop's."""
 
     @staticmethod
-    def forward(ctx, call, route: RelativeRoute, q, k, v, *params):
+    def forward(ctx, call, route, forward, q, k, v, *params):
         qc, kc, vc = (kernel_layout(t) for t in (q, k, v))  # strides the fused op reads right
-        out, lse = relative_forward(call, route, qc, kc, vc)
+        out, lse = forward(call, route, qc, kc, vc)
         ctx.call = call
         ctx.save_for_backward(q, k, v, out, lse, *params)
         ctx.set_materialize_grads(False)
@@ -207,9 +206,9 @@ class _RelativeFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout, dlse):
         q, k, v, out, lse, *params = ctx.saved_tensors
-        need = ctx.needs_input_grad[2:5]
+        need = ctx.needs_input_grad[3:6]  # after call, route, forward
         if dout is None and dlse is None:
-            return (None,) * (5 + len(params))
+            return (None,) * (6 + len(params))
         plan = _tile_plan(ctx.call, q, k)
         m = lse / plan.exp_scale  # the tiles' units (scores of q·kᵀ before the scale)
         create_graph = torch.is_grad_enabled()
@@ -221,17 +220,23 @@ class _RelativeFunction(torch.autograd.Function):
                  *[None if g is None else g.to(p.dtype) for g, p in zip(dparams, params)])
         if create_graph:
             grads = _fail_when_differentiated(grads, (q, k, v, dout, dlse, *params))
-        return (None, None, *grads)
+        return (None, None, None, *grads)
 
 
-def run_relative(call, route: RelativeRoute, tile_loop):
-    """Run ``call`` on ``route``; ``tile_loop(call)`` serves it instead when an input is not provably
-    harmless where the mask hides it (:func:`attnkit.backends.sdpa_mask_cache.dead_keys_inert`: every
-    value finite and every |q·k| · scale far below overflow)."""
+def run_bias_route(call, route, forward, path: str, tile_loop):
+    """Run ``call`` on a fused bias route (``forward``, named ``path`` in the report);
+    ``tile_loop(call)`` serves it instead when an input is not provably harmless where the mask hides
+    it (:func:`attnkit.backends.sdpa_mask_cache.dead_keys_inert`: every value finite and every
+    |q·k| · scale far below overflow)."""
     if not dead_keys_inert(call, call.q, call.k, call.v):
         # a huge or infinite value in a key or query row the mask hides would meet the kernel's -inf
         # as inf - inf = NaN; the tile loop zeroes such rows first (:mod:`.leaks`)
         return tile_loop(call)
     params = _bias_params(call.bias)
-    out, lse = _RelativeFunction.apply(call, route, call.q, call.k, call.v, *params)
-    return BackendResult(out, None, lse, torch.isneginf(lse).sum(), [], route=PATH_NAME)
+    out, lse = _RelativeFunction.apply(call, route, forward, call.q, call.k, call.v, *params)
+    return BackendResult(out, None, lse, torch.isneginf(lse).sum(), [], route=path)
+
+
+def run_relative(call, route: RelativeRoute, tile_loop):
+    """Run ``call`` on ``route`` (:func:`run_bias_route`)."""
+    return run_bias_route(call, route, relative_forward, PATH_NAME, tile_loop)
