@@ -180,11 +180,14 @@ def band_forward(q, k, v, mask, band: Band, scale: float) -> tuple[torch.Tensor,
     """out (B, H, L, E) in q's dtype and lse (B, H, L) (float32; float64 for float64) of a banded call."""
     B, H, L, E = q.shape
     lse_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
-    out = torch.zeros(B, H, L, v.shape[-1], dtype=q.dtype, device=q.device)
+    out = torch.empty(B, H, L, v.shape[-1], dtype=q.dtype, device=q.device)
     lse = torch.full((B, H, L), float("-inf"), dtype=lse_dtype, device=q.device)
     band = tuned(band, q.dtype, finite(k, v))
     op, b = forward_op(), band.b
-    if band.interior[1] > band.interior[0]:
+    i0, i1 = band.interior  # interior rows are written once below; rows of no block keep 0
+    out[:, :, :i0 * b].zero_()
+    out[:, :, max(i0, i1) * b:].zero_()
+    if i1 > i0:
         shared = _shared_mask(mask, band, q.dtype, q.device)
         for bi in range(B):
             for c0, c1 in chunks(band, H, E):

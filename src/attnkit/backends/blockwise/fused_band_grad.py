@@ -26,18 +26,18 @@ float32 error in dv. Then, as autograd's softmax backward does,
 with :math:`1/r` applied to dO's rows (:math:`\tilde P^\top (dO / r) = P^\top dO`) rather than to
 the weights, and :math:`q k^\top` left unscaled as the reference computes it.
 
-Interior blocks run per (batch row, query head) with the blocks as the batch axis of ``bmm``:
-queries (n, b, E) and overlapping key/value windows (n, w, E) are strided views (no copy) and
-one (b, w) mask is shared by all; the dk / dv windows are added back in ``ceil(w / b)`` strided
-pieces (pieces of one offset never overlap). The backward picks its own block height
-(:func:`backward_band`), independent of the forward's. Edge blocks (windows clipped by the
-sequence ends) run one at a time on the clipped keys with the mask evaluated there. Everything
-is computed and accumulated in float32 (float64 for float64 inputs), so a bf16 call's gradients
-carry no half-precision sums. Rows with no allowed key (lse :math:`-\infty`) get zero gradients.
+Interior blocks (every one holds b queries and sees the same (b, w) mask tile) run per (batch
+row, query head) a group of blocks per ``bmm``, with the weights held key-major and dk, dv added
+back side by side (:mod:`.fused_band_windows`, which derives the same gradients in that layout).
+The backward picks its own block height (:func:`backward_band`), independent of the forward's.
+Edge blocks (windows clipped by the sequence ends) run one at a time on the clipped keys with the
+mask evaluated there (:func:`rows_backward`). Everything is computed and accumulated in float32
+(float64 for float64 inputs), so a bf16 call's gradients carry no half-precision sums. Rows with
+no allowed key (lse :math:`-\infty`) get zero gradients.
 
 Shape legend: B batch, H query heads, Hkv key/value heads (g = H / Hkv), L queries, S keys,
-E head dim; n blocks per ``bmm``, b queries per block, w = b + left + right keys per window;
-N items of l rows against s keys in :func:`rows_backward`.
+E head dim; b queries per block, w = b + left + right keys per window; N items of l rows against
+s keys in :func:`rows_backward`.
 """
 
 from __future__ import annotations
@@ -47,10 +47,10 @@ from types import SimpleNamespace
 import torch
 
 from .fused_band import Band
+from .fused_band_windows import interior_grads
 
-__all__ = ["band_grads", "backward_band", "rows_backward", "BMM_ELEMS"]
+__all__ = ["band_grads", "backward_band", "rows_backward"]
 
-BMM_ELEMS = 1 << 18  # score elements per bmm (1 MiB in float32: the weights stay in cache)
 # exp's argument floor: e^floor is a normal number (exp of -inf or of a denormal result is slow)
 _EXP_FLOOR = {torch.float32: -86.0, torch.float64: -700.0}
 
@@ -125,29 +125,6 @@ def backward_band(band: Band) -> Band:
     return Band(L=band.L, S=band.S, left=band.left, right=band.right, off=band.off, b=min(b, band.L))
 
 
-def _win(x: torch.Tensor, bi: int, h: int, start: int, n: int, rows: int, step: int) -> torch.Tensor:
-    """(n, rows, D) view of x (B, heads, N, D): item j is x[bi, h, start + j·step : + rows]."""
-    sB, sH, sN, sD = x.stride()
-    return x.as_strided((n, rows, x.shape[3]), (step * sN, sN, sD), x.storage_offset() + bi * sB + h * sH + start * sN)
-
-
-def _pieces(drop: torch.Tensor) -> list[tuple[int, torch.Tensor]]:
-    """(l, w) bool -> [(c0, drop[:, c0:c1])] over the column runs holding a True: a band's masked
-    entries lie in its first and last b columns, so the select touches 2b of the w columns."""
-    cols = drop.any(0).tolist()
-    out, c = [], 0
-    while c < len(cols):
-        if cols[c]:
-            c1 = c
-            while c1 < len(cols) and cols[c1]:
-                c1 += 1
-            out.append((c, drop[:, c:c1].contiguous()))
-            c = c1
-        else:
-            c += 1
-    return out
-
-
 def _neg_shift(lse: torch.Tensor) -> torch.Tensor:
     """Minus the shift per row: -lse, with -inf (no allowed key) made 0 so exp(-inf + 0) = 0."""
     return torch.where(torch.isneginf(lse), 0.0, -lse)
@@ -156,44 +133,26 @@ def _neg_shift(lse: torch.Tensor) -> torch.Tensor:
 def band_grads(dout, q, k, v, lse, dlse, mask, band: Band, scale: float, need):
     """(dq, dk, dv) in the inputs' dtypes (None where ``need`` is False) of a banded call, from
     dout (B, H, L, E) or None, the forward's lse (B, H, L) and dlse (B, H, L) or None."""
-    B, H, L, E = q.shape
-    Hkv = k.shape[1]
-    g = H // Hkv
     work = torch.float64 if q.dtype == torch.float64 else torch.float32
     dout = torch.zeros(q.shape, dtype=q.dtype, device=q.device) if dout is None else dout
     nshift = _neg_shift(lse.to(work))
     dlse = None if dlse is None else dlse.to(work)
-    dq = torch.zeros(q.shape, dtype=work, device=q.device) if need[0] else None
-    dk = torch.zeros(k.shape, dtype=work, device=k.device) if need[1] else None
-    dv = torch.zeros(v.shape, dtype=work, device=v.device) if need[2] else None
+    dq = torch.empty(q.shape, dtype=work, device=q.device) if need[0] else None
+    # dv then dk side by side in one tensor (c, B, Hkv, S, E): the interior adds both back in one pass
+    c = int(need[1]) + int(need[2])
+    kv = torch.zeros((c,) + tuple(k.shape), dtype=work, device=k.device) if c else None
+    dv = kv[0] if need[2] else None
+    dk = kv[c - 1] if need[1] else None
     band = backward_band(band)
     b, w = band.b, band.w
     i0, i1 = band.interior
+    if dq is not None:  # rows of no block (no key in range) keep 0; the others are written once
+        dq[:, :, :i0 * b].zero_()
+        dq[:, :, max(i1, i0) * b:].zero_()
     if i1 > i0:
         q0, k0 = i0 * b, band.start(i0)  # every interior block's (b, w) tile of the mask is the same
-        drop = _pieces(~mask.evaluate((q0, q0 + b), (k0, k0 + w), band.L, band.S, device=q.device)[0, 0])
-        per = max(1, min(BMM_ELEMS // (b * w), i1 - i0))
-        buf = _Buffers(work, q.device)
-        for bi in range(B):
-            for h in range(H):
-                hk = h // g
-                for c0 in range(i0, i1, per):
-                    n = min(per, i1 - c0)
-                    st = band.start(c0)
-                    qc, oc = (_win(t, bi, h, c0 * b, n, b, b).to(work) for t in (q, dout))
-                    kc, vc = (_win(t, bi, hk, st, n, w, b).to(work) for t in (k, v))
-                    rows = slice(c0 * b, (c0 + n) * b)
-                    nlc = nshift[bi, h, rows].view(n, b, 1)
-                    dlc = None if dlse is None else dlse[bi, h, rows].view(n, b, 1)
-                    gq, gk, gv = rows_backward(qc, kc, vc, oc, nlc, dlc, drop, scale, need, buf.shaped(n, b, w, E))
-                    if gq is not None:
-                        dq[bi, h, rows] = gq.view(n * b, E)
-                    for acc, part in ((dk, gk), (dv, gv)):
-                        if part is None:
-                            continue
-                        for p0 in range(0, w, b):  # (n, w, E) windows overlapping by w - b keys
-                            width = min(b, w - p0)
-                            _win(acc, bi, hk, st + p0, n, width, b).add_(part[:, p0:p0 + width])
+        drop = ~mask.evaluate((q0, q0 + b), (k0, k0 + w), band.L, band.S, device=q.device)[0, 0]
+        interior_grads(dout, q, k, v, nshift, dlse, drop, band, scale, dq, kv, bool(need[1]), bool(need[2]))
     for q0, q1, k0, k1 in band.edges():
         _edge(dout, q, k, v, nshift, dlse, mask, band, scale, need, (q0, q1, k0, k1), (dq, dk, dv), work)
     return [None if t is None else t.to(x.dtype) for t, x in zip((dq, dk, dv), (q, k, v))]

@@ -1,0 +1,131 @@
+"""The band route's interior backward (key-major weights, dk and dv added back side by side).
+
+:mod:`attnkit.backends.blockwise.fused_band_windows` runs the interior blocks of a banded call a
+group of blocks per GEMM. Checked here, with the group size forced small so that a head's blocks
+span several groups and the last group is short:
+
+* float32 gradients against a float64 oracle (plain PyTorch autograd), within twice the float32
+  error of that same plain computation (flash-attention's rule), GQA, windows on one and both
+  sides, large scores, a gradient into the returned lse;
+* bf16 inputs (converted to float32 a head at a time): within the bf16 plain computation's error;
+* asking for a subset of (dq, dk, dv) gives the same gradients, bit for bit, as asking for all three;
+* float64 ``gradcheck`` of out and lse together.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from attnkit import masks as M
+from attnkit.backends.blockwise import blockwise_attention, fused_band_windows
+from attnkit.backends.blockwise.fused_band_grad import band_grads, backward_band
+from attnkit.backends.blockwise.fused_function import route_of
+from attnkit.core.call import make_call
+
+CASES = {  # mask, (B, H, Hkv, L, S, E)
+    "window_256_one_side_gqa": (M.sliding_window(255, 0), (1, 4, 2, 640, 640, 16)),
+    "window_both_sides_l_lt_s": (M.sliding_window(150, 30), (2, 2, 1, 500, 530, 8)),
+    "window_small_mqa": (M.sliding_window(20, 9), (1, 3, 1, 400, 400, 8)),
+}
+
+
+def _small_groups(monkeypatch, band) -> None:
+    """A few blocks per GEMM, not dividing the interior: several groups per head and a short last one."""
+    bb = backward_band(band)
+    nb = bb.interior[1] - bb.interior[0]
+    per = next(p for p in (2, 3, 4) if nb % p)
+    assert nb > per
+    monkeypatch.setattr(fused_band_windows, "GEMM_ELEMS", per * bb.b * bb.w)
+
+
+def _inputs(shape, magnitude, seed=0, dtype=torch.float32):
+    B, H, Hkv, L, S, E = shape
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(B, H, L, E, generator=g) * magnitude
+    k = torch.randn(B, Hkv, S, E, generator=g) * magnitude
+    v = torch.randn(B, Hkv, S, E, generator=g)
+    dout, dlse = torch.randn(B, H, L, E, generator=g), torch.randn(B, H, L, generator=g)
+    return [t.to(dtype) for t in (q, k, v, dout, dlse)]
+
+
+def _oracle(q, k, v, mask):
+    """(out, lse) of plain softmax attention by autograd in q's dtype; GQA by repeating kv heads."""
+    g = q.shape[1] // k.shape[1]
+    kk, vv = (t.repeat_interleave(g, 1) for t in (k, v))
+    s = (q @ kk.transpose(-1, -2) * q.shape[-1] ** -0.5).masked_fill(~mask.materialize(q.shape[2], k.shape[2]), float("-inf"))
+    lse = torch.logsumexp(s, -1)
+    return torch.softmax(s, -1) @ vv, lse
+
+
+def _grads_of(fn, q, k, v, dout, dlse, dtype):
+    leaves = [t.detach().to(dtype).requires_grad_(True) for t in (q, k, v)]
+    out, lse = fn(*leaves)
+    return torch.autograd.grad((out, lse), leaves, (dout.to(dtype), dlse.to(dtype)))
+
+
+def _fused(mask):
+    def fn(q, k, v):
+        res = blockwise_attention(make_call(q, k, v, mask=mask))
+        assert "banded windows" in res.report.reason
+        return res.out, res.lse
+    return fn
+
+
+def _err(a, b):
+    return float((a.double() - b.double()).abs().max())
+
+
+@pytest.mark.parametrize("magnitude", [1.0, 4.0], ids=["scores_small", "scores_large"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_float32_gradients_within_twice_the_reference_error(monkeypatch, case, magnitude):
+    mask, shape = CASES[case]
+    q, k, v, dout, dlse = _inputs(shape, magnitude)
+    _small_groups(monkeypatch, route_of(make_call(q, k, v, mask=mask)).band)
+    truth = _grads_of(lambda *t: _oracle(*t, mask), q, k, v, dout, dlse, torch.float64)
+    ref = _grads_of(lambda *t: _oracle(*t, mask), q, k, v, dout, dlse, torch.float32)
+    got = _grads_of(_fused(mask), q, k, v, dout, dlse, torch.float32)
+    for name, a, r, t in zip("qkv", got, ref, truth):
+        assert a.dtype == torch.float32 and a.shape == t.shape
+        assert _err(a, t) <= 2 * _err(r, t) + 1e-6, (name, _err(a, t), _err(r, t))
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_bf16_gradients_within_the_plain_bf16_error(monkeypatch, case):
+    mask, shape = CASES[case]
+    q, k, v, dout, dlse = _inputs(shape, 1.0, seed=2, dtype=torch.bfloat16)
+    _small_groups(monkeypatch, route_of(make_call(q, k, v, mask=mask)).band)
+    truth = _grads_of(lambda *t: _oracle(*t, mask), q, k, v, dout, dlse, torch.float64)
+    ref = _grads_of(lambda *t: _oracle(*t, mask), q, k, v, dout, dlse, torch.bfloat16)
+    got = _grads_of(_fused(mask), q, k, v, dout, dlse, torch.bfloat16)
+    for name, a, r, t in zip("qkv", got, ref, truth):
+        assert a.dtype == torch.bfloat16 and a.shape == t.shape
+        assert _err(a, t) <= _err(r, t), (name, _err(a, t), _err(r, t))
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_subset_of_the_gradients_equals_the_same_part_of_all_three(monkeypatch, case):
+    mask, shape = CASES[case]
+    q, k, v, dout, dlse = _inputs(shape, 2.0, seed=1)
+    route = route_of(make_call(q, k, v, mask=mask))
+    _small_groups(monkeypatch, route.band)
+    _, lse = route.forward(q, k, v)
+    every = band_grads(dout, q, k, v, lse, dlse, mask, route.band, route.scale, (True, True, True))
+    for need in itertools.product([False, True], repeat=3):
+        if not any(need):
+            continue
+        got = band_grads(dout, q, k, v, lse, dlse, mask, route.band, route.scale, need)
+        for n, a, b in zip(need, got, every):
+            assert (a is None) if not n else torch.equal(a, b), need
+
+
+@pytest.mark.parametrize("case", ["one_side", "both_sides"])
+def test_float64_gradcheck_of_out_and_lse(monkeypatch, case):
+    mask, L = {"one_side": (M.sliding_window(20, 0), 160), "both_sides": (M.sliding_window(20, 15), 190)}[case]
+    g = torch.Generator().manual_seed(7)
+    q = torch.randn(1, 2, L, 4, generator=g, dtype=torch.float64, requires_grad=True)
+    k, v = (torch.randn(1, 1, L, 4, generator=g, dtype=torch.float64, requires_grad=True) for _ in range(2))
+    _small_groups(monkeypatch, route_of(make_call(q, k, v, mask=mask)).band)
+    assert torch.autograd.gradcheck(_fused(mask), (q, k, v), eps=1e-6, atol=1e-8)
