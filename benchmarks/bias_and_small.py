@@ -8,8 +8,9 @@ warm-up, VmHWM - VmRSS, as ``flex_race.py`` measures it):
 
 * ``blockwise`` — ``attnkit.attention(..., backend="blockwise")`` of this tree;
 * ``blockwise_before`` — the same call on the code under ``--before-src`` (a checkout of the
-  previous commit, e.g. ``git worktree add /tmp/pb_before HEAD``); skipped when not given. The
-  custom bias declares no structure, so both run the Python tile loop there (a control);
+  previous commit, e.g. ``git worktree add /tmp/pb_before HEAD``); skipped when not given. Each
+  row records the path that ran (``path``): the custom bias declares no structure, and runs on the
+  per-key-chunk bias route (``attnkit.backends.blockwise.fused_custom``) where the code has one;
 * ``sdpa_dense_bias`` — ``F.scaled_dot_product_attention`` with the dense (1, H, L, S) float bias
   (the mask folded in as -inf), built once outside the timed calls and so not in its peak
   (``dense_bias_mib``: 2 GiB at 8k);
@@ -23,7 +24,9 @@ other sequence) and documents (four per sequence). ``auto`` (``attnkit.attention
 against SDPA with the dense bool mask built once outside the timed call; the two are timed
 interleaved, call by call, in one process, so load drift hits both alike; medians of ``--small-runs``
 calls, and ``ratio = auto / sdpa`` (the goal: at most 1.2). With ``--before-src`` the same rows are
-measured on that code too (``code``: ``"this tree"`` / ``"before"``).
+measured on that code too (``code``: ``"this tree"`` / ``"before"``). These rows run with glibc's
+default allocator settings (``malloc``: ``"default"``), not the bias rows' ``MALLOC_MMAP_THRESHOLD_``,
+which turns every allocation over 64 KiB into a fresh mmap and its page faults.
 
 Run:  PYTHONPATH=src python benchmarks/bias_and_small.py [--quick] [--part bias8k|small]
       [--only PATTERN] [--before-src /tmp/pb_before/src] [--reps 3]
@@ -143,7 +146,7 @@ def _small_mask(kind: str, b: int, n: int):
     return masks.document((torch.arange(n) * 4 // n).expand(b, n).contiguous())
 
 
-def small_worker(runs: int, quick: bool) -> list[dict]:
+def small_worker(runs: int, quick: bool, only: str | None = None) -> list[dict]:
     import torch
     import torch.nn.functional as F
 
@@ -156,6 +159,8 @@ def small_worker(runs: int, quick: bool) -> list[dict]:
             g = torch.Generator().manual_seed(0)
             q, k, v = (torch.randn(b, H, n, E, generator=g) for _ in range(3))
             for kind in SMALL_MASKS:
+                if only and only not in f"{kind}_n{n}_B{b}":
+                    continue
                 mask = _small_mask(kind, b, n)
                 dense = mask.materialize(n, n, batch=b)  # (B|1, 1, L, S) bool, built once
                 res = attnkit.attention(q, k, v, mask=mask)
@@ -177,7 +182,8 @@ def small_worker(runs: int, quick: bool) -> list[dict]:
                 rows.append({"part": "small", "case": f"{kind}_n{n}_B{b}", "mask": kind, "n": n, "B": b,
                              "auto_us": a, "sdpa_dense_mask_us": s, "ratio": a / s, "runs": runs,
                              "auto_path": f"{res.report.backend}: {res.report.reason}",
-                             "max_abs_diff_vs_sdpa": err, "loadavg_1min": os.getloadavg()[0]})
+                             "max_abs_diff_vs_sdpa": err, "loadavg_1min": os.getloadavg()[0],
+                             "malloc": "default" if "MALLOC_MMAP_THRESHOLD_" not in os.environ else "mmap above 64 KiB"})
                 print(json.dumps({k: (round(v, 2) if isinstance(v, float) else v) for k, v in rows[-1].items()
                                   if k != "auto_path"}), flush=True)
     return rows
@@ -187,7 +193,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help=f"bias rows at n = {QUICK_N}, small rows at n = 64, 128")
     ap.add_argument("--part", choices=("bias8k", "small"), default=None, help="run one part only")
-    ap.add_argument("--only", default=None, help="bias8k: run only rows whose 'case:impl' contains this")
+    ap.add_argument("--only", default=None, help="run only rows whose 'case:impl' (bias8k) or case (small, e.g. 'n64_B1') contains this")
     ap.add_argument("--before-src", default=None, help="src/ of the previous code, for blockwise_before")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--small-runs", type=int, default=300)
@@ -199,7 +205,7 @@ def main() -> None:
         print(json.dumps(bias_worker(bias_kind, mask_kind, impl, int(n), args.reps)))
         return
     if args.small_worker:
-        print(json.dumps(small_worker(args.small_runs, args.quick)))
+        print(json.dumps(small_worker(args.small_runs, args.quick, args.only)))
         return
     import torch
 
@@ -247,12 +253,17 @@ def main() -> None:
                     print(json.dumps({k: (round(v, 1) if isinstance(v, float) else v) for k, v in row.items()
                                       if k not in ("times_ms", "path")}), flush=True)
     if args.part in (None, "small"):
-        rows[:] = [r for r in rows if r["part"] != "small"]
+        # a filtered run replaces only the rows it measures
+        rows[:] = [r for r in rows if r["part"] != "small" or (args.only and args.only not in r["case"])]
         for code, code_src in (("this tree", src), ("before", args.before_src)):
             if code_src is None:
                 continue
             cmd = [sys.executable, __file__, "--small-worker", "--small-runs", str(args.small_runs)] + (["--quick"] if args.quick else [])
-            p = subprocess.run(cmd, capture_output=True, text=True, env=dict(env, PYTHONPATH=code_src))
+            cmd += ["--only", args.only] if args.only else []
+            # glibc's default allocator here: the bias rows' MALLOC_* settings (for their peak-memory
+            # reading) make every allocation over 64 KiB a fresh mmap, a cost per call no user pays
+            small_env = {k: v for k, v in env.items() if not k.startswith("MALLOC_")}
+            p = subprocess.run(cmd, capture_output=True, text=True, env=dict(small_env, PYTHONPATH=code_src))
             if p.returncode != 0:
                 raise SystemExit(p.stderr)
             rows.extend(dict(r, code=code) for r in json.loads(p.stdout.strip().splitlines()[-1]))
