@@ -36,10 +36,8 @@ shape (measured with one thread: benchmarks/results/bf16_window.json, bf16_windo
   (at most a quarter more pairs), and at least 128. float32 keeps b = 64: on the route itself
   (overlapping windows of k and v) taller fp32 blocks were not faster.
 
-The backward feeds the backward op each chunk's slice of the *global* out and lse (exact: P is
-recomputed from the final lse), writes dq per block, and adds the overlapping dk/dv windows back
-in ``ceil(w / b)`` strided pieces of at most ``b`` keys (pieces of one offset never overlap),
-accumulating in float32 (float64 for float64 inputs).
+The backward is :mod:`.fused_band_grad` (PyTorch's private backward op is not used: fed the
+global lse, its float32 weights miss a row sum of 1 by enough to show in dv).
 
 Shape legend: B batch, H query heads, Hkv key/value heads, L queries, S keys, E head dim (Ev = E);
 n blocks per chunk, b queries per block, w keys per window.
@@ -53,10 +51,10 @@ from dataclasses import dataclass
 import torch
 
 from ...core.indices import alignment_offset
-from .fused_gate import backward_op, forward_op
-from .fused_merge import empty_rows_to_neginf, lse_for_backward
+from .fused_gate import forward_op
+from .fused_merge import empty_rows_to_neginf
 
-__all__ = ["Band", "band_of", "tuned", "finite", "band_forward", "band_backward", "chunks", "CHUNK_ELEMS", "KEY_ALIGN"]
+__all__ = ["Band", "band_of", "tuned", "finite", "band_forward", "chunks", "CHUNK_ELEMS", "KEY_ALIGN"]
 
 CHUNK_ELEMS = 1 << 19  # output elements per fused call (2 MiB in float32)
 
@@ -207,36 +205,3 @@ def band_forward(q, k, v, mask, band: Band, scale: float) -> tuple[torch.Tensor,
     return out, lse
 
 
-def band_backward(dout, q, k, v, out, lse, mask, band: Band, scale: float):
-    """(dq, dk, dv) of a banded call from the global out and lse; dk, dv summed in float32/float64."""
-    B, H, L, E = q.shape
-    acc = torch.float64 if q.dtype == torch.float64 else torch.float32
-    dq = torch.zeros_like(q, memory_format=torch.contiguous_format)
-    dk = torch.zeros(k.shape, dtype=acc, device=k.device)
-    dv = torch.zeros(v.shape, dtype=acc, device=v.device)
-    bop, b, w = backward_op(), band.b, band.w
-    if band.interior[1] > band.interior[0]:
-        shared = _shared_mask(mask, band, q.dtype, q.device)
-        for bi in range(B):
-            # a quarter of the forward's chunk: each call's dk, dv windows are w / b times its dq
-            for c0, c1 in chunks(band, H, E, CHUNK_ELEMS // 4):
-                n = c1 - c0
-                rows = (c0 * b, n, b, b)
-                st = band.start(c0)
-                views = [_blocks_view(t, bi, *rows) for t in (dout, q)]
-                kv = [_blocks_view(t, bi, st, n, w, b) for t in (k, v)]
-                g = bop(views[0], views[1], *kv, _blocks_view(out, bi, *rows), _lse_view(lse, bi, c0 * b, n, b),
-                        0.0, False, attn_mask=shared, scale=scale)
-                _blocks_view(dq, bi, *rows).copy_(g[0])
-                for acc_t, part in ((dk, g[1]), (dv, g[2])):  # (n, Hkv, w, E) windows, overlapping by w - b
-                    for p0 in range(0, w, b):
-                        width = min(b, w - p0)
-                        _blocks_view(acc_t, bi, st + p0, n, width, b).add_(part[:, :, p0:p0 + width])
-    for q0, q1, k0, k1 in band.edges():
-        allowed = mask.evaluate((q0, q1), (k0, k1), L, band.S, device=q.device)[0, 0]
-        g = bop(dout[:, :, q0:q1], q[:, :, q0:q1], k[:, :, k0:k1], v[:, :, k0:k1], out[:, :, q0:q1],
-                lse_for_backward(lse[:, :, q0:q1]), 0.0, False, attn_mask=_additive(allowed, q.dtype), scale=scale)
-        dq[:, :, q0:q1] = g[0]
-        dk[:, :, k0:k1] += g[1]
-        dv[:, :, k0:k1] += g[2]
-    return dq, dk.to(k.dtype), dv.to(v.dtype)

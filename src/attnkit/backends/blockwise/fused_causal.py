@@ -14,8 +14,7 @@ bottom-right (the last query sits on the last key, as in decoding with a cache):
 * ``off < 0`` (L > S): the first ``-off`` queries see no key (out 0, lse -inf) and the rest form
   the causal square against all S keys.
 
-The backward gives each call the *global* out and lse: P = exp(s - lse) is then exact for every
-part, dq sums over the two parts (in float32 for half inputs) and dk / dv are disjoint.
+The backward is :mod:`.fused_causal_grad`, from the global out and lse.
 
 Half precision: the kernel computes scores, the running max and sum and the output accumulator in
 float32, but multiplies P by V with P rounded to the input dtype, exactly as SDPA on CPU does; the
@@ -28,10 +27,10 @@ from __future__ import annotations
 
 import torch
 
-from .fused_gate import backward_op, forward_op
-from .fused_merge import lse_for_backward, merge_into
+from .fused_gate import forward_op
+from .fused_merge import merge_into
 
-__all__ = ["dense_forward", "dense_backward"]
+__all__ = ["dense_forward"]
 
 _MERGE_ROWS = 2048  # query rows merged at a time (float32 temporaries of B·H·rows·E)
 
@@ -63,34 +62,3 @@ def dense_forward(q, k, v, scale: float, causal_off: int | None = None):
         r = slice(r0, min(r0 + _MERGE_ROWS, L))
         merge_into(out[:, :, r], lse[:, :, r], o2[:, :, r], l2[:, :, r])
     return out, lse
-
-
-def dense_backward(dout, q, k, v, out, lse, scale: float, causal_off: int | None = None):
-    """(dq, dk, dv) of :func:`dense_forward` from its global out and lse."""
-    L, S = q.shape[2], k.shape[2]
-    if causal_off is not None and 0 <= causal_off and L + causal_off < S:  # the forward never read these keys
-        seen = L + causal_off
-        dq, dk, dv = dense_backward(dout, q, k[:, :, :seen], v[:, :, :seen], out, lse, scale, causal_off)
-        pad = (0, 0, 0, S - seen)
-        return dq, torch.nn.functional.pad(dk, pad), torch.nn.functional.pad(dv, pad)
-    bop = backward_op()
-    lse_b = lse_for_backward(lse)
-    if causal_off is None or causal_off == 0:
-        return bop(dout, q, k, v, out, lse_b, 0.0, causal_off == 0, scale=scale)
-    if causal_off < 0:
-        skip = min(-causal_off, L)
-        dq, dk, dv = torch.zeros_like(q, memory_format=torch.contiguous_format), torch.zeros_like(k), torch.zeros_like(v)
-        if skip < L:
-            r = slice(skip, L)
-            g = bop(dout[:, :, r], q[:, :, r], k, v, out[:, :, r], lse_b[:, :, r], 0.0, True, scale=scale)
-            dq[:, :, r] = g[0]
-            dk, dv = g[1], g[2]
-        return dq, dk, dv
-    p = slice(0, causal_off)
-    s = slice(causal_off, k.shape[2])
-    g1 = bop(dout, q, k[:, :, p], v[:, :, p], out, lse_b, 0.0, False, scale=scale)
-    g2 = bop(dout, q, k[:, :, s], v[:, :, s], out, lse_b, 0.0, True, scale=scale)
-    acc = torch.float64 if q.dtype == torch.float64 else torch.float32
-    dq = (g1[0].to(acc) + g2[0]).to(q.dtype)  # summed in float32 for half inputs
-    return dq, torch.cat([g1[1], g2[1]], 2), torch.cat([g1[2], g2[2]], 2)
-
