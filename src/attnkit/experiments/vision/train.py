@@ -24,9 +24,11 @@ grayscale or all RGB, resized to ``--set image_size=N``, default 32, a stratifie
 
 ``--quick`` (the default): 2,000 training and 1,000 test images, 2 epochs, 3 seeds, about 2–3 minutes
 on 2 idle cores. ``--full``: 20,000 training images (a seeded random subset), all 10,000 test
-images, 10 epochs, 3 seeds, sized for a 2-core CPU: the committed run (``results/vision/full``, one
-thread, on a shared 2-core machine) took 4,300 s, 72 minutes (``time_s`` in its results.json; the
-report prints it from there). ``--train-limit 0`` uses all 60,000 images (about three times longer).
+images, 10 epochs, 3 seeds, sized for a 2-core CPU: one run, one thread, took 72 minutes on a
+2-core machine shared with one other job. The committed run (``results/vision/full``) was split over
+three processes (``--models`` on the same ``--out`` with ``--resume``: a model another process
+finished is read from its checkpoint) on a machine shared with up to five jobs; its ``time_s``
+sums their training time (the report prints it from there). ``--train-limit 0`` uses all 60,000 images (about three times longer).
 
 Figures are made by :mod:`.plots`, the plain-language reading (English and Chinese) by
 :mod:`.section`.
