@@ -9,6 +9,7 @@ the object) and answers only while that still returns the very object asked abou
 from __future__ import annotations
 
 import threading
+import weakref
 from collections import OrderedDict
 from typing import Callable, Hashable
 
@@ -52,3 +53,17 @@ class IdentityLRU:
         """{"hits", "misses", "size"} since the last :meth:`clear`."""
         with self._lock:
             return {**self._stats, "size": len(self._data)}
+
+
+def owner_ref(obj: object) -> Callable[[], object]:
+    """What an entry holds of its owner: a weak reference where the object allows one (the cache
+    keeps nothing alive), else a callable returning it (a strong reference)."""
+    try:
+        return weakref.ref(obj)
+    except TypeError:
+        return lambda: obj
+
+
+def no_owner() -> None:
+    """The owner of an entry keyed by value alone (no object to find again)."""
+    return None

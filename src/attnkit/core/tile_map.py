@@ -26,17 +26,16 @@ b / h; nq, nk query and key tile counts; l rows of one chunk.
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass
 from typing import Callable
 
 import torch
 
-from .identity_cache import IdentityLRU
+from .identity_cache import IdentityLRU, owner_ref
 from .indices import index_grid
 from .tiles import EMPTY, FULL, PARTIAL, TileGrid, block_all_any
 
-__all__ = ["predicate_tile_states", "clear_cache", "cache_info", "captured_tensors", "TileMap", "CHUNK_ELEMENTS", "CACHE_SIZE"]
+__all__ = ["predicate_tile_states", "clear_cache", "cache_info", "captured_tensors", "captured_versions", "TileMap", "CHUNK_ELEMENTS", "CACHE_SIZE"]
 
 CHUNK_ELEMENTS = 1 << 22  # predicate results evaluated at once (4 Mi bools: 512 rows of an 8k grid)
 BASE = 64  # uniform grids whose tile sizes are multiples of BASE are derived from the BASE × BASE map
@@ -57,7 +56,7 @@ def predicate_tile_states(
     rows and ``heads`` heads (pass 1 for an index the predicate does not read), cached."""
     dev = torch.device(device) if device is not None else torch.device("cpu")
     gkey = _grid_key(grid)
-    key = (id(fn), _captured_versions(fn), grid.L, grid.S, batch, heads, gkey, str(dev))
+    key = (id(fn), captured_versions(fn), grid.L, grid.S, batch, heads, gkey, str(dev))
     hit = _CACHE.get(key, fn)
     if hit is not None:
         return hit
@@ -70,7 +69,7 @@ def predicate_tile_states(
         codes = _evaluate_uniform(fn, grid.L, grid.S, gkey[1], gkey[2], batch, heads, dev)
     else:
         codes = _evaluate(fn, grid, batch, heads, dev)
-    _CACHE.put(key, _ref(fn), codes)
+    _CACHE.put(key, owner_ref(fn), codes)
     return codes
 
 
@@ -195,7 +194,7 @@ def captured_tensors(fn: Callable) -> list[torch.Tensor]:
     return [v for v in values if isinstance(v, torch.Tensor)]
 
 
-def _captured_versions(fn: Callable) -> tuple:
+def captured_versions(fn: Callable) -> tuple:
     """(id, version) of every tensor the predicate captures, so an in-place change of one
     (``doc_ids[5] = 2``) is a different cache key."""
     return tuple((id(t), t._version) for t in captured_tensors(fn))
@@ -208,13 +207,6 @@ def _cell_filled(cell) -> bool:
         return False
     return True
 
-
-def _ref(fn: Callable) -> Callable[[], object]:
-    """A weak reference where the object allows one (the cache keeps no predicate alive), else a strong one."""
-    try:
-        return weakref.ref(fn)
-    except TypeError:
-        return lambda: fn
 
 
 # printing ----------------------------------------------------------------------------------------

@@ -29,11 +29,10 @@ entries are kept, least recently used dropped first; each holds a tuple of ints 
 
 from __future__ import annotations
 
-import weakref
 
-from ...core.identity_cache import IdentityLRU
+from ...core.identity_cache import IdentityLRU, no_owner, owner_ref
 from ...core.mask_values import CustomMask
-from ...core.tile_map import captured_tensors
+from ...core.tile_map import captured_versions
 from ..sdpa_mask_cache import _mask_tensors
 from .fused_tiles import Segments, segments_of
 
@@ -44,33 +43,22 @@ CACHE_ENTRIES = 256  # (mask, L, S) entries kept
 _CACHE = IdentityLRU(lambda: CACHE_ENTRIES)  # key -> (identity check, segments)
 
 
-def _none() -> None:
-    return None
-
-
-def _ref(obj):
-    """A weak reference where the object allows one (the cache keeps no mask alive), else a strong one."""
-    try:
-        return weakref.ref(obj)
-    except TypeError:
-        return lambda: obj
-
 
 def mask_key(mask) -> tuple[tuple | None, object, object]:
     """(hashable key or None when ``mask`` may not be cached, the object the entry must still find,
     a function returning it now: a weak reference, or one returning None for value-keyed masks)."""
     key = mask.cache_key
     if key is not None:
-        return ("key", key), None, _none
+        return ("key", key), None, no_owner
     if type(mask) is CustomMask:
         fn = mask.fn
-        versions = tuple((id(t), t._version) for t in captured_tensors(fn))
+        versions = captured_versions(fn)
         # its tile states also depend on the indices it reads (all PARTIAL when it reads b) and its device
-        return ("custom", id(fn), tuple(sorted(mask.dims)), str(mask.device), versions), fn, _ref(fn)
+        return ("custom", id(fn), tuple(sorted(mask.dims)), str(mask.device), versions), fn, owner_ref(fn)
     tensors = _mask_tensors(mask)
     if tensors is None:
-        return None, None, _none
-    return ("object", id(mask), tuple((id(t), t._version) for t in tensors)), mask, _ref(mask)
+        return None, None, no_owner
+    return ("object", id(mask), tuple((id(t), t._version) for t in tensors)), mask, owner_ref(mask)
 
 
 def cached_segments(mask, L: int, S: int) -> Segments | None:

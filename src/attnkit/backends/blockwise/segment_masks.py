@@ -28,16 +28,16 @@ l queries of a block, s keys of a segment.
 from __future__ import annotations
 
 import threading
-import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Callable
 
 import torch
 
+from ...core.identity_cache import no_owner, owner_ref
 from ...core.mask_values import CustomMask
 from ...core.masks import values_readable
-from ...core.tile_map import captured_tensors
+from ...core.tile_map import captured_versions
 from .leaks import live_keys
 
 __all__ = ["SegmentMask", "segment_masks", "segment_mask", "clear_cache", "cache_info", "CACHE_BYTES", "CACHE_ENTRIES"]
@@ -180,21 +180,10 @@ def _mask_key(mask) -> tuple[tuple | None, object]:
     entry must still find: the predicate itself for a custom mask)."""
     if type(mask) is CustomMask and not (mask.dims & {"h"}):
         fn = mask.fn
-        versions = tuple((id(t), t._version) for t in captured_tensors(fn))
-        return ("custom", id(fn), versions), _ref(fn)
+        versions = captured_versions(fn)
+        return ("custom", id(fn), versions), owner_ref(fn)
     key = getattr(mask, "cache_key", None)
     if key is not None:
-        return ("mask", key), _NONE
-    return None, _NONE
+        return ("mask", key), no_owner
+    return None, no_owner
 
-
-def _NONE():
-    return None
-
-
-def _ref(fn):
-    """A weak reference where the object allows one (the cache keeps no predicate alive), else a strong one."""
-    try:
-        return weakref.ref(fn)
-    except TypeError:
-        return lambda: fn
