@@ -47,7 +47,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script: its sibling helpers
 from flex_race import cpu_flags  # noqa: E402
-from proc_memory import reset_peak, status_kib  # noqa: E402
+from proc_memory import time_and_peak  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 B, H, E = 1, 8, 64
@@ -115,18 +115,7 @@ def bias_worker(bias_kind: str, mask_kind: str, impl: str, n: int, reps: int) ->
             return res.out
 
     with torch.no_grad():
-        t0 = time.perf_counter()
-        fn()
-        first = time.perf_counter() - t0
-        times = []
-        for _ in range(reps):
-            t = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t)
-        exact = reset_peak()
-        before = status_kib("VmRSS")
-        fn()
-        peak = status_kib("VmHWM") - before
+        first, times, peak, exact, _ = time_and_peak(fn, reps)
     return {"part": "bias8k", "case": f"{bias_kind}_{mask_kind}", "impl": impl, "n": n, "reps": reps,
             "median_ms": statistics.median(times) * 1e3, "times_ms": [t * 1e3 for t in times],
             "first_call_ms": first * 1e3, "peak_above_live_mib": peak / 1024, "peak_exact": exact, "path": path, **extra}

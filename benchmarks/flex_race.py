@@ -41,11 +41,10 @@ import re
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script: its sibling helpers
-from proc_memory import reset_peak, status_kib  # noqa: E402
+from proc_memory import time_and_peak  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -205,19 +204,8 @@ def worker(case: str, impl: str, reps: int, quick: bool) -> dict:
             torch.autograd.grad(out, (q, k, v), dout)
         return out
 
-    t0 = time.perf_counter()
     with torch.no_grad() if not back else torch.enable_grad():
-        once()
-        first = time.perf_counter() - t0
-        times = []
-        for _ in range(reps):
-            t = time.perf_counter()
-            once()
-            times.append(time.perf_counter() - t)
-        exact = reset_peak()
-        before = status_kib("VmRSS")
-        out = once()
-        peak = status_kib("VmHWM") - before
+        first, times, peak, exact, out = time_and_peak(once, reps)
     out_mib = out.numel() * out.element_size() / 2**20
     pairs = useful_pairs(kind, L, S)
     med = statistics.median(times)

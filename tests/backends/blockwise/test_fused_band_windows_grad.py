@@ -78,31 +78,33 @@ def _err(a, b):
     return float((a.double() - b.double()).abs().max())
 
 
+def _grad_errors(monkeypatch, case: str, magnitude: float, seed: int, dtype: torch.dtype):
+    """(name, route error, plain softmax error in ``dtype``) of dq, dk, dv against the float64 oracle,
+    with the route forced onto several small groups of blocks."""
+    mask, shape = CASES[case]
+    q, k, v, dout, dlse = _inputs(shape, magnitude, seed=seed, dtype=dtype)
+    _small_groups(monkeypatch, route_of(make_call(q, k, v, mask=mask)).band)
+    truth = _grads_of(lambda *t: _oracle(*t, mask), q, k, v, dout, dlse, torch.float64)
+    ref = _grads_of(lambda *t: _oracle(*t, mask), q, k, v, dout, dlse, dtype)
+    got = _grads_of(_fused(mask), q, k, v, dout, dlse, dtype)
+    out = []
+    for name, a, r, t in zip("qkv", got, ref, truth):
+        assert a.dtype == dtype and a.shape == t.shape
+        out.append((name, _err(a, t), _err(r, t)))
+    return out
+
+
 @pytest.mark.parametrize("magnitude", [1.0, 4.0], ids=["scores_small", "scores_large"])
 @pytest.mark.parametrize("case", list(CASES))
 def test_float32_gradients_within_twice_the_reference_error(monkeypatch, case, magnitude):
-    mask, shape = CASES[case]
-    q, k, v, dout, dlse = _inputs(shape, magnitude)
-    _small_groups(monkeypatch, route_of(make_call(q, k, v, mask=mask)).band)
-    truth = _grads_of(lambda *t: _oracle(*t, mask), q, k, v, dout, dlse, torch.float64)
-    ref = _grads_of(lambda *t: _oracle(*t, mask), q, k, v, dout, dlse, torch.float32)
-    got = _grads_of(_fused(mask), q, k, v, dout, dlse, torch.float32)
-    for name, a, r, t in zip("qkv", got, ref, truth):
-        assert a.dtype == torch.float32 and a.shape == t.shape
-        assert _err(a, t) <= 2 * _err(r, t) + 1e-6, (name, _err(a, t), _err(r, t))
+    for name, err, ref_err in _grad_errors(monkeypatch, case, magnitude, 0, torch.float32):
+        assert err <= 2 * ref_err + 1e-6, (name, err, ref_err)
 
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_bf16_gradients_within_the_plain_bf16_error(monkeypatch, case):
-    mask, shape = CASES[case]
-    q, k, v, dout, dlse = _inputs(shape, 1.0, seed=2, dtype=torch.bfloat16)
-    _small_groups(monkeypatch, route_of(make_call(q, k, v, mask=mask)).band)
-    truth = _grads_of(lambda *t: _oracle(*t, mask), q, k, v, dout, dlse, torch.float64)
-    ref = _grads_of(lambda *t: _oracle(*t, mask), q, k, v, dout, dlse, torch.bfloat16)
-    got = _grads_of(_fused(mask), q, k, v, dout, dlse, torch.bfloat16)
-    for name, a, r, t in zip("qkv", got, ref, truth):
-        assert a.dtype == torch.bfloat16 and a.shape == t.shape
-        assert _err(a, t) <= _err(r, t), (name, _err(a, t), _err(r, t))
+    for name, err, ref_err in _grad_errors(monkeypatch, case, 1.0, 2, torch.bfloat16):
+        assert err <= ref_err, (name, err, ref_err)
 
 
 @pytest.mark.parametrize("case", list(CASES))
