@@ -42,12 +42,12 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script: its sibling helpers
 from flex_race import cpu_flags  # noqa: E402
 from proc_memory import time_and_peak  # noqa: E402
+from timing import interleaved_times  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 B, H, E = 1, 8, 64
@@ -155,19 +155,11 @@ def small_worker(runs: int, quick: bool, only: str | None = None) -> list[dict]:
                 res = attnkit.attention(q, k, v, mask=mask)
                 ref = F.scaled_dot_product_attention(q, k, v, attn_mask=dense)
                 err = float((res.out - ref).abs().max())
-                ta, ts = [], []
-                with torch.no_grad():
-                    for _ in range(10):  # warm-up: caches, first-call paths
-                        attnkit.attention(q, k, v, mask=mask)
-                        F.scaled_dot_product_attention(q, k, v, attn_mask=dense)
-                    for _ in range(runs):
-                        t = time.perf_counter()
-                        attnkit.attention(q, k, v, mask=mask)
-                        ta.append(time.perf_counter() - t)
-                        t = time.perf_counter()
-                        F.scaled_dot_product_attention(q, k, v, attn_mask=dense)
-                        ts.append(time.perf_counter() - t)
-                a, s = statistics.median(ta) * 1e6, statistics.median(ts) * 1e6
+                with torch.no_grad():  # 10 untimed rounds first: caches, first-call paths
+                    t = interleaved_times({"auto": lambda: attnkit.attention(q, k, v, mask=mask),
+                                           "sdpa": lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=dense)},
+                                          runs, warmup=10)
+                a, s = statistics.median(t["auto"]) * 1e6, statistics.median(t["sdpa"]) * 1e6
                 rows.append({"part": "small", "case": f"{kind}_n{n}_B{b}", "mask": kind, "n": n, "B": b,
                              "auto_us": a, "sdpa_dense_mask_us": s, "ratio": a / s, "runs": runs,
                              "auto_path": f"{res.report.backend}: {res.report.reason}",

@@ -19,11 +19,11 @@ import json
 import os
 import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script: its sibling helpers
 from flex_race import cpu_flags  # noqa: E402
+from timing import interleaved_times  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 B, H, E = 1, 8, 64
@@ -39,18 +39,20 @@ def _pairs(n: int, reps: int) -> dict:
     g = torch.Generator().manual_seed(n)
     q, k, v = (torch.randn(B, H, n, E, generator=g) for _ in range(3))
     mask = masks.causal()
-    auto_ms, sdpa_ms = [], []
-    for _ in range(reps + 1):  # the first pair warms both up and is dropped
-        t0 = time.perf_counter()
-        a = attnkit.attention(q, k, v, mask=mask)
-        t1 = time.perf_counter()
-        s = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        t2 = time.perf_counter()
-        auto_ms.append((t1 - t0) * 1e3)
-        sdpa_ms.append((t2 - t1) * 1e3)
-    auto, sdpa = statistics.median(auto_ms[1:]), statistics.median(sdpa_ms[1:])
-    return {"case": f"causal_{n // 1024}k_fp32_fwd", "n": n, "reps": reps, "auto_ms": auto, "sdpa_causal_ms": sdpa,
-            "ratio": sdpa / auto, "auto_times_ms": auto_ms[1:], "sdpa_times_ms": sdpa_ms[1:],
+    last = {}  # each variant's latest result: the path auto reported, and the two outputs compared
+
+    def auto():
+        last["auto"] = attnkit.attention(q, k, v, mask=mask)
+
+    def sdpa():
+        last["sdpa"] = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    t = interleaved_times({"auto": auto, "sdpa": sdpa}, reps)
+    auto_ms, sdpa_ms = ([s * 1e3 for s in t[name]] for name in ("auto", "sdpa"))
+    a, s = last["auto"], last["sdpa"]
+    auto_med, sdpa_med = statistics.median(auto_ms), statistics.median(sdpa_ms)
+    return {"case": f"causal_{n // 1024}k_fp32_fwd", "n": n, "reps": reps, "auto_ms": auto_med, "sdpa_causal_ms": sdpa_med,
+            "ratio": sdpa_med / auto_med, "auto_times_ms": auto_ms, "sdpa_times_ms": sdpa_ms,
             "path": f"{a.report.backend}: {a.report.reason}",
             "max_abs_diff": (a.out - s).abs().max().item(), "loadavg_1min": os.getloadavg()[0]}
 

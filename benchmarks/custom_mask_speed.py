@@ -37,6 +37,7 @@ import torch.nn.functional as F
 
 import attnkit
 from attnkit import masks
+from timing import interleaved_times
 
 try:
     from attnkit.core import tile_map
@@ -77,14 +78,7 @@ def measure(n: int, W: int, reps: int, sdpa: bool) -> dict:
         res_builtin = variants["builtin"]()
         max_diff = (res_custom.out - res_builtin.out).abs().max().item()
         reports = {"builtin": res_builtin.report.reason, "custom": res_custom.report.reason}
-        for f in variants.values():  # warm-up
-            f()
-        times: dict[str, list[float]] = {name: [] for name in variants}
-        for _ in range(reps):
-            for name, f in variants.items():
-                t0 = time.perf_counter()
-                f()
-                times[name].append((time.perf_counter() - t0) * 1e3)
+        times = {name: [s * 1e3 for s in t] for name, t in interleaved_times(variants, reps).items()}
     med = {name: statistics.median(t) for name, t in times.items()}
     ratio = med["custom"] / med["builtin"]
     row = {

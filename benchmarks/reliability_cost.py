@@ -43,7 +43,6 @@ import json
 import math
 import os
 import statistics
-import time
 from pathlib import Path
 from typing import Callable
 
@@ -54,6 +53,7 @@ from attnkit.backends import sdpa_flash
 from attnkit.backends.nonfinite import needs_exact
 from attnkit.backends.sdpa import kernel_layout
 from attnkit.core.call import make_call
+from timing import interleaved_times
 
 RESULTS = Path(__file__).resolve().parent / "results"
 B, H, E = 1, 8, 64
@@ -64,17 +64,9 @@ def _runs_for(n: int, runs: int) -> int:
 
 
 def interleaved_medians(variants: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
-    """Median seconds of each variant over ``repeats`` rounds after one warm-up call each; a round
-    calls every variant once in turn, so load drift on a shared machine hits all alike."""
-    for f in variants.values():
-        f()
-    times: dict[str, list[float]] = {name: [] for name in variants}
-    for _ in range(repeats):
-        for name, f in variants.items():
-            t0 = time.perf_counter()
-            f()
-            times[name].append(time.perf_counter() - t0)
-    return {name: statistics.median(t) for name, t in times.items()}
+    """Median seconds of each variant over ``repeats`` rounds after one warm-up call each
+    (:func:`timing.interleaved_times`: load drift on a shared machine hits all alike)."""
+    return {name: statistics.median(t) for name, t in interleaved_times(variants, repeats).items()}
 
 
 def measure(n: int, runs: int) -> dict:

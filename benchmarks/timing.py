@@ -1,4 +1,5 @@
-"""The timer the CUDA benchmarks share (``gpu_race.py``, ``flex_cuda.py``): how long one call takes.
+"""The timers the benchmarks share: how long one call takes (the CUDA benchmarks, ``gpu_race.py`` and
+``flex_cuda.py``), and several calls timed in turn on the CPU (:func:`interleaved_times`).
 
 A CUDA call returns before its kernels finish, so a wall clock around it measures the launch, not
 the work. On CUDA each call is bracketed by two CUDA events recorded on the current stream and read
@@ -9,6 +10,8 @@ wall clock (``time.perf_counter``) around the call, which there runs to completi
     first_ms, out = first_call(fn, device)   # compiles, autotuning, caches: reported apart
     fn()                                     # a second warm-up
     times = time_calls(fn, reps, device)     # milliseconds of each call; report their median
+
+    times = interleaved_times({"auto": f, "sdpa": g}, rounds)   # seconds per call, per variant
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from typing import Callable
 
 import torch
 
-__all__ = ["first_call", "time_calls"]
+__all__ = ["first_call", "time_calls", "interleaved_times"]
 
 
 def _sync(device: torch.device) -> None:
@@ -58,3 +61,18 @@ def time_calls(fn: Callable[[], object], reps: int, device: torch.device | str) 
             times.append((time.perf_counter() - t0) * 1e3)
     return times
 
+
+def interleaved_times(variants: dict[str, Callable[[], object]], rounds: int, warmup: int = 1) -> dict[str, list[float]]:
+    """Wall-clock seconds of each variant's calls over ``rounds`` rounds, each round calling every
+    variant once in turn, so load drift on a shared machine hits all alike; ``warmup`` untimed rounds
+    first (caches, first-call paths). CPU only: no device is synchronized."""
+    for _ in range(warmup):
+        for f in variants.values():
+            f()
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(rounds):
+        for name, f in variants.items():
+            t0 = time.perf_counter()
+            f()
+            times[name].append(time.perf_counter() - t0)
+    return times
