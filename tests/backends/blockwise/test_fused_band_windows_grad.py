@@ -1,4 +1,4 @@
-"""The band route's interior backward (key-major weights, dk and dv added back side by side).
+"""The band route's interior backward (key-major weights, dk and dv accumulated by their GEMMs).
 
 :mod:`attnkit.backends.blockwise.fused_band_windows` runs the interior blocks of a banded call a
 group of blocks per GEMM. Checked here, with the group size forced small so that a head's blocks
@@ -32,9 +32,9 @@ CASES = {  # mask, (B, H, Hkv, L, S, E)
 }
 
 
-def _small_groups(monkeypatch, band) -> None:
+def _small_groups(monkeypatch, band, k, v) -> None:
     """A few blocks per GEMM, not dividing the interior: several groups per head and a short last one."""
-    bb = backward_band(band)
+    bb = backward_band(band, k, v)
     nb = bb.interior[1] - bb.interior[0]
     per = next(p for p in (2, 3, 4) if nb % p)
     assert nb > per
@@ -83,7 +83,7 @@ def _grad_errors(monkeypatch, case: str, magnitude: float, seed: int, dtype: tor
     with the route forced onto several small groups of blocks."""
     mask, shape = CASES[case]
     q, k, v, dout, dlse = _inputs(shape, magnitude, seed=seed, dtype=dtype)
-    _small_groups(monkeypatch, route_of(make_call(q, k, v, mask=mask)).band)
+    _small_groups(monkeypatch, route_of(make_call(q, k, v, mask=mask)).band, k, v)
     truth = _grads_of(lambda *t: _oracle(*t, mask), q, k, v, dout, dlse, torch.float64)
     ref = _grads_of(lambda *t: _oracle(*t, mask), q, k, v, dout, dlse, dtype)
     got = _grads_of(_fused(mask), q, k, v, dout, dlse, dtype)
@@ -112,7 +112,7 @@ def test_a_subset_of_the_gradients_equals_the_same_part_of_all_three(monkeypatch
     mask, shape = CASES[case]
     q, k, v, dout, dlse = _inputs(shape, 2.0, seed=1)
     route = route_of(make_call(q, k, v, mask=mask))
-    _small_groups(monkeypatch, route.band)
+    _small_groups(monkeypatch, route.band, k, v)
     _, lse = route.forward(q, k, v)
     every = band_grads(dout, q, k, v, lse, dlse, mask, route.band, route.scale, (True, True, True))
     for need in itertools.product([False, True], repeat=3):
@@ -129,5 +129,40 @@ def test_float64_gradcheck_of_out_and_lse(monkeypatch, case):
     g = torch.Generator().manual_seed(7)
     q = torch.randn(1, 2, L, 4, generator=g, dtype=torch.float64, requires_grad=True)
     k, v = (torch.randn(1, 1, L, 4, generator=g, dtype=torch.float64, requires_grad=True) for _ in range(2))
-    _small_groups(monkeypatch, route_of(make_call(q, k, v, mask=mask)).band)
+    _small_groups(monkeypatch, route_of(make_call(q, k, v, mask=mask)).band, k, v)
     assert torch.autograd.gradcheck(_fused(mask), (q, k, v), eps=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_padded_and_unpadded_windows_give_the_same_gradients(monkeypatch, case):
+    # the backward pads each window to a multiple of 64 keys when the padding keys are finite; the
+    # padding key is masked for every query, so the gradients must not depend on it
+    mask, shape = CASES[case]
+    q, k, v, dout, dlse = _inputs(shape, 2.0, seed=3)
+    route = route_of(make_call(q, k, v, mask=mask))
+    assert backward_band(route.band, k, v).pad > 0
+    _, lse = route.forward(q, k, v)
+    padded = band_grads(dout, q, k, v, lse, dlse, mask, route.band, route.scale, (True, True, True))
+    monkeypatch.setattr("attnkit.backends.blockwise.fused_band_grad.pad_keys_finite", lambda *a: False)
+    plain = band_grads(dout, q, k, v, lse, dlse, mask, route.band, route.scale, (True, True, True))
+    truth = _grads_of(lambda *t: _oracle(*t, mask), q, k, v, dout, dlse, torch.float64)
+    for a, b, t in zip(padded, plain, truth):
+        assert _err(a, b) <= 2 * _err(b, t) + 1e-6
+
+
+def test_a_nan_in_a_padding_key_keeps_the_gradients_finite():
+    # top-left window, L < S: key 512 is the padding key of the last interior block and no query
+    # sees it; a NaN there must switch the backward's padding off, not reach dq, dk or dv
+    L, S, E = 512, 1024, 16
+    mask = M.sliding_window(255, 0, align="top_left")
+    q, k, v, dout, dlse = _inputs((1, 2, 2, L, S, E), 1.0, seed=4)
+    band = backward_band(route_of(make_call(q, k, v, mask=mask)).band, k, v)
+    assert band.pad > 0 and band.start(band.interior[1] - 1) + band.w - 1 == 512
+    clean = _grads_of(_fused(mask), q, k, v, dout, dlse, torch.float32)
+    k[:, :, 512] = float("nan")
+    v[:, :, 512] = float("nan")
+    got = _grads_of(_fused(mask), q, k, v, dout, dlse, torch.float32)
+    truth = _grads_of(lambda *t: _oracle(*t, mask), q, k.nan_to_num(0.0), v.nan_to_num(0.0), dout, dlse, torch.float64)
+    for a, c, t in zip(got, clean, truth):
+        assert torch.isfinite(a).all()
+        assert _err(a, t) <= 2 * _err(c, t) + 1e-6

@@ -16,7 +16,7 @@ every *interior* block (a full block whose window lies inside ``[0, S)``) the ma
 Every key in a block's window is seen by some query of the block, so a key no query of the block
 may see never enters its call (no NaN leak from masked keys; a NaN in an allowed key reaches every
 row of its block, as in the Python tile loop), except the alignment padding below, which is used
-only when k and v are finite. The few *edge* blocks (windows clipped by the
+only when its keys are finite. The few *edge* blocks (windows clipped by the
 sequence ends, the last short block) run one call each on the clipped key range with the mask
 evaluated there; their rows with no allowed key get out 0 and lse -inf (:mod:`.fused_merge`).
 
@@ -26,10 +26,10 @@ tunes the geometry for float32 and bf16 (:func:`tuned`), as the kernel's rate de
 shape (measured with one thread: benchmarks/results/bf16_window.json, bf16_window_kernel_w1024.json):
 
 * a key count that is a multiple of 64 runs faster than one key less (319 → 320 keys: fp32
-  1.1x, bf16 1.3x faster), so when k and v are finite the window is padded on the right with up
-  to 63 keys no query of the block may see (:func:`tuned`; masked by the shared mask, their
-  weight is exactly 0: finite inputs only, as a NaN there would reach the rows through
-  ``NaN + -inf``);
+  1.1x, bf16 1.3x faster), so the window is padded on the right with up to 63 keys no query of
+  the block may see (:func:`tuned`; masked by the shared mask, their weight is exactly 0) when
+  those padding keys are finite, as a NaN there would reach the rows through ``NaN + -inf``
+  (:func:`pad_keys_finite` sums only them, not all of k and v);
 * bf16 gains from the kernel's packed bf16 GEMMs only on taller tiles: a bf16 tile takes 0.6x
   (256-key window) to 0.9x (1024 keys) the fp32 time at b = 64, 0.5x to 0.67x at b = 128 and
   about 0.45x at b = 256 (kernel alone); so bf16 windows of 256 keys or more take the tallest b in {128, 256} with b <= window / 4
@@ -50,11 +50,12 @@ from dataclasses import dataclass
 
 import torch
 
+from ...core import fresh_memory
 from ...core.indices import alignment_offset
 from .fused_gate import forward_op
 from .fused_merge import empty_rows_to_neginf
 
-__all__ = ["Band", "band_of", "tuned", "finite", "band_forward", "chunks", "CHUNK_ELEMS", "KEY_ALIGN"]
+__all__ = ["Band", "band_of", "tuned", "finite", "pad_keys_finite", "band_forward", "chunks", "CHUNK_ELEMS", "KEY_ALIGN"]
 
 CHUNK_ELEMS = 1 << 19  # output elements per fused call (2 MiB in float32)
 
@@ -174,13 +175,32 @@ def _shared_mask(mask, band: Band, dtype, device) -> torch.Tensor:
     return _additive(allowed[0, 0], dtype)
 
 
+def pad_keys_finite(k: torch.Tensor, v: torch.Tensor, band: Band) -> bool:
+    """True when the alignment padding keys of ``band``'s interior windows (the last ``band.pad``
+    keys of each) hold no NaN or inf in k or v: only they can reach a row through ``NaN + -inf``
+    (every other key of a window is one some query of its block sees, and such a key, if not
+    finite, has sent the call to the reference's computation already). One sum over a strided view
+    of (B, Hkv, blocks, pad, E) elements, not over all of k and v."""
+    i0, i1 = band.interior
+    if band.pad == 0 or i1 <= i0:
+        return True
+    first = band.start(i0) + band.w - band.pad
+    views = []
+    for t in (k, v):
+        sB, sH, sN, sD = t.stride()
+        views.append(t.as_strided((t.shape[0], t.shape[1], i1 - i0, band.pad, t.shape[3]),
+                                  (sB, sH, band.b * sN, sN, sD), t.storage_offset() + first * sN))
+    return finite(*views)
+
+
 def band_forward(q, k, v, mask, band: Band, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
     """out (B, H, L, E) in q's dtype and lse (B, H, L) (float32; float64 for float64) of a banded call."""
     B, H, L, E = q.shape
     lse_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
-    out = torch.empty(B, H, L, v.shape[-1], dtype=q.dtype, device=q.device)
+    out = fresh_memory.empty((B, H, L, v.shape[-1]), q.dtype, q.device)  # huge pages: fewer first-touch faults
     lse = torch.full((B, H, L), float("-inf"), dtype=lse_dtype, device=q.device)
-    band = tuned(band, q.dtype, finite(k, v))
+    padded = tuned(band, q.dtype)
+    band = padded if pad_keys_finite(k, v, padded) else tuned(band, q.dtype, False)
     op, b = forward_op(), band.b
     i0, i1 = band.interior  # interior rows are written once below; rows of no block keep 0
     out[:, :, :i0 * b].zero_()

@@ -27,8 +27,9 @@ with :math:`1/r` applied to dO's rows (:math:`\tilde P^\top (dO / r) = P^\top dO
 the weights, and :math:`q k^\top` left unscaled as the reference computes it.
 
 Interior blocks (every one holds b queries and sees the same (b, w) mask tile) run per (batch
-row, query head) a group of blocks per ``bmm``, with the weights held key-major and dk, dv added
-back side by side (:mod:`.fused_band_windows`, which derives the same gradients in that layout).
+row, query head) a group of blocks per ``bmm``, with the weights held key-major and dk, dv
+accumulated by their own GEMMs (:mod:`.fused_band_windows`, which derives the same gradients in
+that layout).
 The backward picks its own block height (:func:`backward_band`), independent of the forward's.
 Edge blocks (windows clipped by the sequence ends) run one at a time on the clipped keys with the
 mask evaluated there (:func:`rows_backward`). Everything is computed and accumulated in float32
@@ -42,11 +43,13 @@ s keys in :func:`rows_backward`.
 
 from __future__ import annotations
 
+import dataclasses
 from types import SimpleNamespace
 
 import torch
 
-from .fused_band import Band
+from ...core import fresh_memory
+from .fused_band import KEY_ALIGN, Band, pad_keys_finite
 from .fused_band_windows import interior_grads
 
 __all__ = ["band_grads", "backward_band", "rows_backward"]
@@ -116,13 +119,22 @@ def rows_backward(qc, kc, vc, oc, nlc, dlc, drop, scale: float, need, buf: Simpl
     return dq, dk, dv
 
 
-def backward_band(band: Band) -> Band:
+def backward_band(band: Band, k: torch.Tensor | None = None, v: torch.Tensor | None = None) -> Band:
     """The backward's own geometry for the forward's band: the same window, blocks of 64 queries
-    (32 for windows under 128 keys) and no padding keys. Blocks of 64 ran fastest here (one thread,
-    window 256, n = 16k: 32 and 48 no faster, 128 about 10% slower): the backward's five GEMMs per
-    block favour less wasted work over taller tiles."""
+    (32 for windows under 128 keys). Blocks of 64 ran fastest here (one thread, window 256,
+    n = 16k: 32 and 48 no faster, 128 about 10% slower): the backward's five GEMMs per block favour
+    less wasted work over taller tiles. Given k and v, each interior window is padded to a multiple
+    of :data:`.fused_band.KEY_ALIGN` keys (at most an eighth more) when the padding keys are finite,
+    as the forward does: 320 keys instead of 319 makes the windows of every
+    :func:`.fused_band_windows.interior_grads` residue class exactly adjacent, so dk and dv are
+    added by one batched GEMM per class into contiguous keys, and the GEMMs run on 64-aligned sizes."""
     b = 32 if band.left + band.right + 1 < 128 else 64
-    return Band(L=band.L, S=band.S, left=band.left, right=band.right, off=band.off, b=min(b, band.L))
+    plain = Band(L=band.L, S=band.S, left=band.left, right=band.right, off=band.off, b=min(b, band.L))
+    if k is None or v is None:
+        return plain
+    pad = -plain.w % KEY_ALIGN
+    padded = dataclasses.replace(plain, pad=pad) if 0 < pad <= plain.w // 8 else plain
+    return padded if padded.pad and pad_keys_finite(k, v, padded) else plain
 
 
 def _neg_shift(lse: torch.Tensor) -> torch.Tensor:
@@ -137,13 +149,14 @@ def band_grads(dout, q, k, v, lse, dlse, mask, band: Band, scale: float, need):
     dout = torch.zeros(q.shape, dtype=q.dtype, device=q.device) if dout is None else dout
     nshift = _neg_shift(lse.to(work))
     dlse = None if dlse is None else dlse.to(work)
-    dq = torch.empty(q.shape, dtype=work, device=q.device) if need[0] else None
-    # dv then dk side by side in one tensor (c, B, Hkv, S, E): the interior adds both back in one pass
+    dq = fresh_memory.empty(q.shape, work, q.device) if need[0] else None
+    # dv then dk as the slots of one (c, B, Hkv, S, E) accumulator, zeroed in one pass; huge pages
+    # (fresh_memory) make the first touch of these tens of MiB cheaper
     c = int(need[1]) + int(need[2])
-    kv = torch.zeros((c,) + tuple(k.shape), dtype=work, device=k.device) if c else None
+    kv = fresh_memory.empty((c,) + tuple(k.shape), work, k.device).zero_() if c else None
     dv = kv[0] if need[2] else None
     dk = kv[c - 1] if need[1] else None
-    band = backward_band(band)
+    band = backward_band(band, k, v)
     b, w = band.b, band.w
     i0, i1 = band.interior
     if dq is not None:  # rows of no block (no key in range) keep 0; the others are written once

@@ -1,21 +1,25 @@
-r"""Gradients of a band's interior blocks: key-major weights, dk and dv added back side by side.
+r"""Gradients of a band's interior blocks: key-major weights, dk and dv accumulated by their GEMMs.
 
 Every interior block of a banded call (:mod:`.fused_band`) holds ``b`` queries and sees the same
 ``w``-key window pattern, one (b, w) mask tile. The gradients are those of
 :func:`.fused_band_grad.rows_backward` (weights rebuilt from the backward's own score GEMM and
 renormalised; the forward's lse is only the shift), computed in a layout chosen for speed (one
-thread, window 256, n = 16k, fp32: about 0.87x the time of the query-major layout with dk and dv
-added back separately, interleaved in one process: benchmarks/results/band_backward.json):
+thread, window 256, n = 16k, fp32; A/B timings interleaved in one process):
 
 * **key-major weights.** The weights are held as :math:`\tilde P^\top` (n, w, b), from the GEMM
   :math:`k q^\top`: that GEMM (and :math:`v\, dO^\top`, of the same shapes) ran 1.28x as fast
   as its query-major form, :math:`\tilde P^\top dO` 1.06x, :math:`dS\, k` 0.88x (one thread,
   b = 64, w = 319, ``bmm`` alone);
-  row sums become sums over dim 1, which PyTorch vectorises along the rows;
-* **dk and dv side by side.** The (n, w, E) windows of a group of consecutive blocks overlap by
-  ``w - b`` keys; they are added back in ``ceil(w / b)`` strided pieces (pieces of one offset
-  never overlap), dk and dv together as the two slots of one (2, B, Hkv, S, E) accumulator, so
-  each piece is one ``add_`` for both;
+  row sums become sums over dim 1, which PyTorch vectorises along the rows (0.87x the time of
+  the query-major layout: benchmarks/results/band_backward.json);
+* **dk and dv accumulated in place.** The (w, E) windows of consecutive blocks overlap by
+  ``w - b`` keys, but blocks ``R = ceil(w / b)`` apart never do. So the blocks of a group are
+  split into R residue classes, and each class's :math:`\tilde P^\top o` (or :math:`dS'^\top q`)
+  is one ``baddbmm_`` into its own keys of the accumulator: no (n, w, E) product is written and
+  added back. When the window is padded to a multiple of 64 keys (:func:`.fused_band_grad.backward_band`:
+  320 keys for a 256-key window, the padding key masked for every query) a class's windows are
+  exactly adjacent, its accumulator view is contiguous, and PyTorch runs it as one batched GEMM
+  (2.5% faster than the write-and-add-back layout at 319 keys, 0.0 to 1e-7 apart);
 * **the scale folded into a small factor.** :math:`\mathrm{scale} \cdot dS` is formed from
   :math:`\mathrm{scale} \cdot dO / r` (an (n, b, E) factor), so neither dq nor dk is rescaled;
   the mask is a 0/1 multiply on the key rows that hold a masked entry (the first and last ``b``),
@@ -36,7 +40,9 @@ With :math:`o_i = dO_i / r_i` and :math:`o'_i = \mathrm{scale}\; o_i`:
 
 Every key of an interior window is seen by some query of its block, so on the fused routes (where
 a non-finite key or value some query sees sends the call to the reference's computation) the
-window's k and v are finite, and the multiply that zeroes a masked weight meets no NaN.
+window's k and v are finite, and the multiply that zeroes a masked weight meets no NaN; the
+padding keys, seen by no query of the block, are used only when they are finite
+(:func:`.fused_band.pad_keys_finite`).
 
 Shape legend: B batch, H query heads, Hkv key/value heads (g = H / Hkv), L queries, S keys,
 E head dim; n blocks per GEMM (nb interior blocks per head), b queries per block, w keys per
@@ -92,14 +98,12 @@ class _Work:
         self.r = torch.empty(n, 1, b, dtype=dtype, device=device)
         self.d = torch.empty(n, 1, b, dtype=dtype, device=device)
         self.on = torch.empty(n, b, E, dtype=dtype, device=device)
-        self.kv = torch.empty(2, n, w, E, dtype=dtype, device=device)
 
 
 def interior_grads(dout, q, k, v, nshift, dlse, drop, band, scale: float, dq, kv, has_dk: bool, has_dv: bool) -> None:
     """Add the interior blocks' gradients into dq (B, H, L, E) (or None; its interior rows are
     overwritten) and ``kv`` (c, B, Hkv, S, E) (or None): dv in slot 0 when ``has_dv``, then dk when
-    ``has_dk``, side by side so that both windows are added back in one pass per piece. All in the
-    work dtype. dout, q (B, H, L, E); k, v (B, Hkv, S, E); nshift (B, H, L) minus the forward's lse
+    ``has_dk``. All in the work dtype. dout, q (B, H, L, E); k, v (B, Hkv, S, E); nshift (B, H, L) minus the forward's lse
     (work dtype); dlse (B, H, L) or None; ``drop`` the (b, w) bool tile of every interior block,
     True where the query may not see the key."""
     B, H, _, E = q.shape
@@ -112,7 +116,7 @@ def interior_grads(dout, q, k, v, nshift, dlse, drop, band, scale: float, dq, kv
     keep = _keep_rows(drop.T, work)
     lo = _EXP_FLOOR[work]
     buf = _Work(per, b, w, E, work, q.device)
-    pieces = [(p0, min(b, w - p0)) for p0 in range(0, w, b)]  # dk / dv windows added back in these
+    R = -(-w // b)  # windows R blocks apart never overlap: each GEMM of one residue class adds into its own keys
     st0, qs0 = band.start(i0), i0 * b
     for bi in range(B):
         for h in range(H):
@@ -124,7 +128,8 @@ def interior_grads(dout, q, k, v, nshift, dlse, drop, band, scale: float, dq, kv
             nla = _cols(nshift, bi, h, qs0, nb, b, b)
             dla = None if dlse is None else _cols(dlse, bi, h, qs0, nb, b, b)
             dqa = None if dq is None else dq[bi, h, qs0:qs0 + nb * b].view(nb, b, E)  # dq is contiguous
-            kva = None if kv is None else [(p0, _stack_win(kv, bi, hk, st0 + p0, nb, width, b)) for p0, width in pieces]
+            dva = kv[0] if has_dv else None
+            dka = kv[int(has_dv)] if has_dk else None
             for j in range(0, nb, per):
                 n = min(per, nb - j)
                 blk = slice(j, j + n)
@@ -139,10 +144,8 @@ def interior_grads(dout, q, k, v, nshift, dlse, drop, band, scale: float, dq, kv
                 inv = torch.sum(pt, 1, keepdim=True, out=buf.r[:n]).reciprocal_()  # (n, 1, b): 1 / r
                 on = torch.mul(oa[blk], inv.view(n, b, 1), out=buf.on[:n])  # dO / r
                 if has_dv:
-                    torch.bmm(pt, on, out=buf.kv[0, :n])  # P̃ᵀ (dO / r)
+                    _accumulate(dva, bi, hk, st0 + j * b, pt, on, b, R)  # dv += P̃ᵀ (dO / r)
                 if dqa is None and not has_dk:
-                    if kva is not None:
-                        _add_back(kva, blk, buf.kv[:1, :n])
                     continue
                 ds = torch.bmm(vc, on.mul_(scale).transpose(1, 2), out=buf.ds[:n]).mul_(pt)  # scale · P ∘ dP
                 d = torch.sum(ds, 1, keepdim=True, out=buf.d[:n])  # scale · D
@@ -152,21 +155,15 @@ def interior_grads(dout, q, k, v, nshift, dlse, drop, band, scale: float, dq, kv
                 if dqa is not None:
                     torch.bmm(ds.transpose(1, 2), kc, out=dqa[blk])
                 if has_dk:
-                    torch.bmm(ds, qc, out=buf.kv[int(has_dv), :n])
-                if kva is not None:
-                    _add_back(kva, blk, buf.kv[:kv.shape[0], :n])
+                    _accumulate(dka, bi, hk, st0 + j * b, ds, qc, b, R)  # dk += dS'ᵀ q
 
 
-def _stack_win(x: torch.Tensor, bi: int, h: int, start: int, n: int, rows: int, step: int) -> torch.Tensor:
-    """(c, n, rows, D) view of x (c, B, heads, N, D): item [i, j] is x[i, bi, h, start + j·step : + rows]."""
-    sC, sB, sH, sN, sD = x.stride()
-    return x.as_strided((x.shape[0], n, rows, x.shape[4]), (sC, step * sN, sN, sD),
-                        x.storage_offset() + bi * sB + h * sH + start * sN)
-
-
-def _add_back(acc_pieces, blk: slice, part: torch.Tensor) -> None:
-    """Add the (c, n, w, E) windows of ``part`` into the accumulator: ``acc_pieces`` holds, per key
-    offset p0, the (c, nb, width, E) view of keys st + p0 .. + width of every block; the windows
-    overlap by w - b keys, pieces of one offset never do."""
-    for p0, view in acc_pieces:
-        view[:, blk].add_(part[:, :, p0:p0 + view.shape[2]])
+def _accumulate(acc: torch.Tensor, bi: int, h: int, start: int, a: torch.Tensor, x: torch.Tensor, b: int, R: int) -> None:
+    """acc[bi, h, window of block i] += a[i] @ x[i] for the n blocks of a group: a (n, w, b), x (n, b, E),
+    acc (B, heads, S, E), block i's window starting at key ``start + i·b``. Blocks R apart have
+    disjoint windows (R·b >= w), so each residue class is one in-place GEMM into its own keys
+    (beta = 1), and no (n, w, E) product is written and added back."""
+    n, w = a.shape[0], a.shape[1]
+    for r in range(min(R, n)):
+        cnt = len(range(r, n, R))
+        _win(acc, bi, h, start + r * b, cnt, w, R * b).baddbmm_(a[r::R], x[r::R])
