@@ -14,6 +14,12 @@ every variant alike (medians of ``--reps`` calls after one warm-up):
   views, so compare shapes within a dtype with care: the route decides);
 * ``accuracy`` — max |out - float64 reference| of the bf16 route and of SDPA in bf16 with the dense
   mask, on the same inputs at logit scales 1, 5 and 20 (q and k scaled), and their ratio;
+* ``softmax_floor`` — the route in float32 and bf16 at head dims E = 16, 32 and 64 (the same
+  pairs, GEMM work in proportion to E): a line through time against E, extrapolated to E = 0,
+  is the call's cost that no GEMM speed can remove (the kernel's float32 softmax per pair, its
+  masking, the Python around it). bf16 makes the GEMMs faster, not that part, so
+  ``bf16_floor / fp32_time`` at E = 64 bounds the bf16 / float32 ratio any call of this kernel
+  can reach (``--only floor`` adds it to the saved JSON, keeping its other parts);
 * ``route_mmap_threshold_64k`` — the route again in a child process with glibc's
   ``MALLOC_MMAP_THRESHOLD_=65536 MALLOC_TRIM_THRESHOLD_=0``, the allocator settings
   benchmarks/flex_race.py runs its workers with (so RSS tracks live memory): every allocation over
@@ -172,6 +178,34 @@ def accuracy(n: int, window: int, scales: list[float]) -> list[dict]:
     return rows
 
 
+def softmax_floor(n: int, window: int, reps: int, dims=(16, 32, 64)) -> dict:
+    """Route time against head dim per dtype, interleaved; the least-squares line's value at E = 0."""
+    g = torch.Generator().manual_seed(3)
+    mask = masks.sliding_window(window - 1, 0)
+    fns = {}
+    for e in dims:
+        base = [torch.randn(B, H, n, e, generator=g) for _ in range(3)]
+        for name, dt in DTYPES.items():
+            q, k, v = (t.to(dt) for t in base)
+            fns[f"{name}_E{e}"] = lambda q=q, k=k, v=v: attnkit.attention(q, k, v, mask=mask, backend="blockwise")
+    with torch.no_grad():
+        times = interleaved(fns, reps)
+    med = {key: statistics.median(t) for key, t in times.items()}
+    row = {"n": n, "window": window, "dims": list(dims), "median_ms": med}
+    for name in DTYPES:
+        ys = [med[f"{name}_E{e}"] for e in dims]
+        xm, ym = statistics.fmean(dims), statistics.fmean(ys)
+        slope = sum((x - xm) * (y - ym) for x, y in zip(dims, ys)) / sum((x - xm) ** 2 for x in dims)
+        row[f"{name}_ms_per_dim"] = slope
+        row[f"{name}_floor_ms"] = ym - slope * xm
+    fp32 = med[f"float32_E{dims[-1]}"]
+    row["bf16_floor_over_fp32"] = row["bfloat16_floor_ms"] / fp32
+    row["bf16_over_fp32"] = med[f"bfloat16_E{dims[-1]}"] / fp32
+    print(f"softmax floor n={n}: fp32 E={dims[-1]} {fp32:.1f} ms; bf16 floor {row['bfloat16_floor_ms']:.1f} ms "
+          f"= {row['bf16_floor_over_fp32']:.2f} of it (goal {TARGET}); bf16 at E={dims[-1]}: {row['bf16_over_fp32']:.2f}")
+    return row
+
+
 def _child_route(a) -> dict:
     """The route measured in a child process under flex_race.py's allocator settings."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "0"}
@@ -191,7 +225,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=9)
     ap.add_argument("--blocks", type=int, nargs="+", default=[64, 128, 256])
     ap.add_argument("--no-untuned", action="store_true", help="skip the untuned band (the same-run baseline)")
-    ap.add_argument("--only", choices=["route", "kernel", "accuracy"], default=None)
+    ap.add_argument("--only", choices=["route", "kernel", "accuracy", "floor"], default=None)
     ap.add_argument("--out", type=Path, default=RESULTS / "bf16_window.json")
     a = ap.parse_args()
     torch.set_num_threads(1)
@@ -205,8 +239,12 @@ def main() -> None:
         res["kernel"] = kernel(a.n, a.window, a.reps, a.blocks)
     if a.only in (None, "accuracy"):
         res["accuracy"] = accuracy(a.n, a.window, [1.0, 5.0, 20.0])
+    if a.only in (None, "floor"):
+        res["softmax_floor"] = softmax_floor(a.n, a.window, a.reps)
     if a.only is None:
         res["route_mmap_threshold_64k"] = _child_route(a)
+    if a.only == "floor" and a.out.exists():  # one part re-measured: the file's other parts are kept
+        res = {**json.loads(a.out.read_text()), "softmax_floor": res["softmax_floor"]}
     res["load_avg_after"] = list(os.getloadavg())
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(res, indent=1))
