@@ -29,10 +29,13 @@ Gradients, without repeating the forward:
   used there: fed the forward's float32 lse, its weights do not sum to 1 on its own scores
   (rows off by ~5e-6 on scores of magnitude ~50: up to 9x the reference's own float32 error in
   dv), and it sums half gradients in half (80x in bf16 dq);
-* tiles (a row's keys spread over several segments): below float64, and for a gradient into
-  ``lse``, the tile loop's backward runs once (:mod:`.fused_grad`), fed the kernel's lse as the
-  row shift and the row sums recomputed with that shift; in float64, the backward op per segment
-  fed the global out and lse.
+* tiles (a row's keys spread over several segments): below float64, each block's rows against
+  the whole span of its segments, weights rebuilt and renormalised as on the band's edges
+  (:mod:`.fused_tiles_grad`), where the span is mostly allowed pairs, k and v are finite and the
+  work tensors stay bounded; otherwise, and for a gradient into ``lse`` on float64 inputs, the
+  tile loop's backward runs once (:mod:`.fused_grad`), fed the kernel's lse as the row shift and
+  the row sums recomputed with that shift; in float64 without a gradient into ``lse``, the
+  backward op per segment fed the global out and lse.
 
 Double backward (``create_graph=True``) re-runs the call on the tile loop under autograd, which
 then serves or refuses it with its own error.
@@ -60,6 +63,7 @@ from .fused_causal import dense_forward
 from .fused_gate import available
 from .fused_grad import kernel_lse_grads
 from .fused_tiles import Segments, tiles_backward, tiles_forward
+from .fused_tiles_grad import span_grads
 from .route_cache import cached_segments
 
 __all__ = ["FusedRoute", "route_of", "run_fused", "PATH_NAMES"]
@@ -98,6 +102,10 @@ class FusedRoute:
             return band_grads(dout, q, k, v, lse, dlse, self.mask, self.band, self.scale, need)
         if self.kind != "tiles":  # dense (causal_off None) or causal
             return causal_grads(dout, q, k, v, lse, dlse, self.causal_off, self.scale, need)
+        if q.dtype != torch.float64:  # complete rows per block where that serves the call (..fused_tiles_grad)
+            grads = span_grads(dout, q, k, v, lse, dlse, self.mask, self.segments, self.scale, need)
+            if grads is not None:
+                return grads
         if dlse is not None or q.dtype != torch.float64:  # the tile loop's backward, fed the kernel's lse
             return kernel_lse_grads(q, k, v, out, lse, dout, dlse, need, self.mask, self.scale)
         grads = tiles_backward(dout.contiguous(), q, k, v, out, lse, self.mask, self.segments, self.scale)

@@ -1,8 +1,9 @@
 r"""Gradients of a tiles-route fused call below float64: the tile loop's backward, fed the kernel's lse.
 
 Used where a row's keys are spread over several kernel calls (the *tiles* route of
-:mod:`.fused_function`: documents, chunks, prefix-LM, ...); the band, causal and dense routes
-renormalise complete rows instead (:mod:`.fused_band_grad`). The fused forward returns out and a
+:mod:`.fused_function`: documents, chunks, prefix-LM, ...) and the blocks' key spans do not serve
+(:mod:`.fused_tiles_grad`); the band, causal and dense routes renormalise complete rows instead
+(:mod:`.fused_band_grad`). The fused forward returns out and a
 float32 lse. The kernel's own backward
 op rebuilds the weights from that rounded lse with a fast exp and sums half gradients in half, which
 the differential fuzz measured beyond the flash-attention rule; the tile loop's backward

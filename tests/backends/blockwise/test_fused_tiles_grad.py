@@ -1,0 +1,162 @@
+"""The tiles route's backward from complete rows per block (:mod:`attnkit.backends.blockwise.fused_tiles_grad`).
+
+Checked against a float64 oracle (plain PyTorch autograd), within twice the error of that same
+plain computation in float32 (flash-attention's rule; bf16: within the plain bf16 error), for
+document masks that differ per batch row, chunks, prefix-LM, key padding with L != S, GQA, a
+gradient into the returned lse, and rows split into several sub-blocks; and the cases it must
+hand back to the tile loop (returns None): a NaN in a key no query sees, blocks whose span is mostly
+empty, spans too wide for a sub-block of MIN_ROWS rows.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attnkit import masks as M
+from attnkit.backends.blockwise import blockwise_attention, fused_tiles_grad
+from attnkit.backends.blockwise.fused_function import route_of
+from attnkit.core.call import make_call
+
+B, H, HKV, E = 2, 4, 2, 16
+
+
+def _docs(L):
+    ids = torch.stack([torch.arange(L) * 3 // L, (torch.arange(L) * 5 // L + 1) % 7])  # 3 and 5 documents
+    return M.document(ids)
+
+
+CASES = {  # name: (mask factory of L, L, S)
+    "document_per_batch": (_docs, 700, 700),
+    "chunked": (lambda L: M.chunked(200), 600, 600),
+    "prefix_lm": (lambda L: M.prefix_lm(300), 640, 640),
+    "padding_l_lt_s": (lambda L: M.padding_mask([600, 450], 600), 520, 600),
+}
+
+
+def _inputs(L, S, magnitude=2.0, seed=0, dtype=torch.float32):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(B, H, L, E, generator=g) * magnitude
+    k = torch.randn(B, HKV, S, E, generator=g) * magnitude
+    v = torch.randn(B, HKV, S, E, generator=g)
+    dout, dlse = torch.randn(B, H, L, E, generator=g), torch.randn(B, H, L, generator=g)
+    return [t.to(dtype) for t in (q, k, v, dout, dlse)]
+
+
+def _oracle(q, k, v, mask):
+    """(out, lse) of plain softmax attention in q's dtype; GQA by repeating kv heads."""
+    g = q.shape[1] // k.shape[1]
+    kk, vv = (t.repeat_interleave(g, 1) for t in (k, v))
+    s = (q @ kk.transpose(-1, -2) * q.shape[-1] ** -0.5).masked_fill(~mask.materialize(q.shape[2], k.shape[2], batch=q.shape[0]), float("-inf"))
+    lse = torch.logsumexp(s, -1)
+    return torch.softmax(s, -1).nan_to_num(0.0) @ vv, lse
+
+
+def _grads_of(fn, q, k, v, dout, dlse, dtype):
+    leaves = [t.detach().to(dtype).requires_grad_(True) for t in (q, k, v)]
+    out, lse = fn(*leaves)
+    lse = lse.masked_fill(torch.isneginf(lse), 0.0)
+    return torch.autograd.grad((out, lse), leaves, (dout.to(dtype), dlse.to(dtype)))
+
+
+def _fused(mask, ran):
+    def fn(q, k, v):
+        res = blockwise_attention(make_call(q, k, v, mask=mask))
+        assert "non-empty tiles" in res.report.reason
+        return res.out, res.lse
+    return fn
+
+
+def _err(a, b):
+    return float((a.double() - b.double()).abs().max())
+
+
+def _spy(monkeypatch):
+    """Counts the calls span_grads served (returned gradients)."""
+    served = []
+    real = fused_tiles_grad.span_grads
+
+    def spy(*a, **kw):
+        res = real(*a, **kw)
+        served.append(res is not None)
+        return res
+    monkeypatch.setattr("attnkit.backends.blockwise.fused_function.span_grads", spy)
+    return served
+
+
+@pytest.mark.parametrize("sub_blocks", [False, True], ids=["whole_blocks", "sub_blocks"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_float32_gradients_within_twice_the_reference_error(monkeypatch, case, sub_blocks):
+    make, L, S = CASES[case]
+    mask = make(L)
+    if sub_blocks:  # rows of a block in several sub-blocks, the last one short
+        monkeypatch.setattr(fused_tiles_grad, "ROWS_ELEMS", 72 * B * H * S)
+        monkeypatch.setattr(fused_tiles_grad, "MIN_ROWS", 8)
+    served = _spy(monkeypatch)
+    q, k, v, dout, dlse = _inputs(L, S)
+    truth = _grads_of(lambda *t: _oracle(*t, mask), q, k, v, dout, dlse, torch.float64)
+    ref = _grads_of(lambda *t: _oracle(*t, mask), q, k, v, dout, dlse, torch.float32)
+    got = _grads_of(_fused(mask, served), q, k, v, dout, dlse, torch.float32)
+    assert served == [True]
+    for name, a, r, t in zip("qkv", got, ref, truth):
+        assert a.dtype == torch.float32 and a.shape == t.shape
+        assert _err(a, t) <= 2 * _err(r, t) + 1e-6, (name, _err(a, t), _err(r, t))
+
+
+@pytest.mark.parametrize("case", ["document_per_batch", "chunked"])
+def test_bf16_gradients_within_the_plain_bf16_error(monkeypatch, case):
+    make, L, S = CASES[case]
+    mask = make(L)
+    served = _spy(monkeypatch)
+    q, k, v, dout, dlse = _inputs(L, S, magnitude=1.0, seed=2, dtype=torch.bfloat16)
+    truth = _grads_of(lambda *t: _oracle(*t, mask), q, k, v, dout, dlse, torch.float64)
+    ref = _grads_of(lambda *t: _oracle(*t, mask), q, k, v, dout, dlse, torch.bfloat16)
+    got = _grads_of(_fused(mask, served), q, k, v, dout, dlse, torch.bfloat16)
+    assert served == [True]
+    for a, r, t in zip(got, ref, truth):
+        assert a.dtype == torch.bfloat16 and _err(a, t) <= _err(r, t)
+
+
+def _route(q, k, v, mask):
+    return route_of(make_call(q, k, v, mask=mask))
+
+
+def test_a_nan_in_a_key_no_query_sees_goes_back_to_the_tile_loop(monkeypatch):
+    make, L, S = CASES["padding_l_lt_s"]
+    mask = make(L)
+    q, k, v, dout, dlse = _inputs(L, S, seed=5)
+    k[1, :, 500], v[1, :, 500] = float("nan"), float("nan")  # batch row 1 has 450 keys: 500 is padding
+    route = _route(q, k, v, mask)
+    _, lse = route.forward(q, k, v)
+    assert fused_tiles_grad.span_grads(dout, q, k, v, lse, dlse, mask, route.segments, route.scale, (True,) * 3) is None
+    served = _spy(monkeypatch)
+    got = _grads_of(_fused(mask, served), q, k, v, dout, dlse, torch.float32)
+    assert served == [False] and all(bool(torch.isfinite(g).all()) for g in got)
+
+
+def test_mostly_empty_spans_and_too_wide_spans_go_back_to_the_tile_loop(monkeypatch):
+    L = S = 2048
+    ends = M.custom(lambda b, h, qi, ki: (ki < 16) | (ki >= S - 16), name="first and last keys")
+    q, k, v, dout, dlse = _inputs(L, S, seed=6)
+    route = _route(q, k, v, ends)
+    _, lse = route.forward(q, k, v)
+    assert fused_tiles_grad.span_grads(dout, q, k, v, lse, dlse, ends, route.segments, route.scale, (True,) * 3) is None
+    mask = M.chunked(1024)
+    route = _route(q, k, v, mask)
+    _, lse = route.forward(q, k, v)
+    assert fused_tiles_grad.span_grads(dout, q, k, v, lse, dlse, mask, route.segments, route.scale, (True,) * 3) is not None
+    monkeypatch.setattr(fused_tiles_grad, "ROWS_ELEMS", B * H * 1024 * 16)  # 16 rows < MIN_ROWS
+    assert fused_tiles_grad.span_grads(dout, q, k, v, lse, dlse, mask, route.segments, route.scale, (True,) * 3) is None
+
+
+def test_a_subset_of_the_gradients_equals_the_same_part_of_all_three():
+    make, L, S = CASES["document_per_batch"]
+    mask = make(L)
+    q, k, v, dout, dlse = _inputs(L, S, seed=7)
+    route = _route(q, k, v, mask)
+    _, lse = route.forward(q, k, v)
+    every = fused_tiles_grad.span_grads(dout, q, k, v, lse, dlse, mask, route.segments, route.scale, (True,) * 3)
+    for need in [(True, False, False), (False, True, False), (False, False, True), (False, True, True)]:
+        got = fused_tiles_grad.span_grads(dout, q, k, v, lse, dlse, mask, route.segments, route.scale, need)
+        for n, a, b in zip(need, got, every):
+            assert (a is None) if not n else torch.equal(a, b), need
