@@ -19,7 +19,8 @@ every variant alike (medians of ``--reps`` calls after one warm-up):
   is the call's cost that no GEMM speed can remove (the kernel's float32 softmax per pair, its
   masking, the Python around it). bf16 makes the GEMMs faster, not that part, so
   ``bf16_floor / fp32_time`` at E = 64 bounds the bf16 / float32 ratio any call of this kernel
-  can reach (``--only floor`` adds it to the saved JSON, keeping its other parts);
+  can reach; the GEMM rate of a 2048² matmul per dtype is recorded beside it, for scale
+  (``--only floor`` adds it to the saved JSON, keeping its other parts);
 * ``route_mmap_threshold_64k`` — the route again in a child process with glibc's
   ``MALLOC_MMAP_THRESHOLD_=65536 MALLOC_TRIM_THRESHOLD_=0``, the allocator settings
   benchmarks/flex_race.py runs its workers with (so RSS tracks live memory): every allocation over
@@ -198,6 +199,10 @@ def softmax_floor(n: int, window: int, reps: int, dims=(16, 32, 64)) -> dict:
         slope = sum((x - xm) * (y - ym) for x, y in zip(dims, ys)) / sum((x - xm) ** 2 for x in dims)
         row[f"{name}_ms_per_dim"] = slope
         row[f"{name}_floor_ms"] = ym - slope * xm
+    for name, dt in DTYPES.items():  # the machine's GEMM rate on a large matmul, for scale
+        a, b = (torch.randn(2048, 2048, generator=g).to(dt) for _ in range(2))
+        t = interleaved({"mm": lambda a=a, b=b: a @ b}, 5)["mm"]
+        row[f"{name}_matmul_2048_gflops"] = 2 * 2048 ** 3 / statistics.median(t) / 1e6
     fp32 = med[f"float32_E{dims[-1]}"]
     row["bf16_floor_over_fp32"] = row["bfloat16_floor_ms"] / fp32
     row["bf16_over_fp32"] = med[f"bfloat16_E{dims[-1]}"] / fp32
