@@ -23,6 +23,13 @@ value row that some query of its head may see, sends the call to :func:`run_exac
 own computation in query-row chunks (O(L·S) time like the kernel, O(rows·S) memory). Calls whose
 inputs are finite pay three sums (benchmarks/results/reliability_cost.json).
 
+A planned call on CPU's fused op without gradients (:mod:`attnkit.backends.sdpa_plan`) reads the
+kernel's result instead, where a self-test at first use proved it equivalent
+(:mod:`attnkit.backends.nonfinite_result`): a NaN or inf in q, or in a key some row sees, leaves a
+NaN, ±inf or exactly-0 log-sum-exp on that row; one in v reaches ``out`` as ``0 · NaN`` wherever the
+kernel multiplies every key into every row (not under ``is_causal``, whose v is still summed). A
+suspicious result runs the input check above, so it ends exactly as before.
+
 Not checked where no value can be read: under ``torch.compile`` (a data-dependent branch would
 break the graph), inside ``torch.func`` transforms and on ``meta`` tensors; there the kernel's own
 NaN handling stands.
