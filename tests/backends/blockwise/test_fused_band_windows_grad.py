@@ -25,6 +25,8 @@ from attnkit.backends.blockwise.fused_band_grad import band_grads, backward_band
 from attnkit.backends.blockwise.fused_function import route_of
 from attnkit.core.call import make_call
 
+from _grad_oracle import grad_inputs, grads_of, max_err, oracle
+
 CASES = {  # mask, (B, H, Hkv, L, S, E)
     "window_256_one_side_gqa": (M.sliding_window(255, 0), (1, 4, 2, 640, 640, 16)),
     "window_both_sides_l_lt_s": (M.sliding_window(150, 30), (2, 2, 1, 500, 530, 8)),
@@ -41,31 +43,6 @@ def _small_groups(monkeypatch, band, k, v) -> None:
     monkeypatch.setattr(fused_band_windows, "GEMM_ELEMS", per * bb.b * bb.w)
 
 
-def _inputs(shape, magnitude, seed=0, dtype=torch.float32):
-    B, H, Hkv, L, S, E = shape
-    g = torch.Generator().manual_seed(seed)
-    q = torch.randn(B, H, L, E, generator=g) * magnitude
-    k = torch.randn(B, Hkv, S, E, generator=g) * magnitude
-    v = torch.randn(B, Hkv, S, E, generator=g)
-    dout, dlse = torch.randn(B, H, L, E, generator=g), torch.randn(B, H, L, generator=g)
-    return [t.to(dtype) for t in (q, k, v, dout, dlse)]
-
-
-def _oracle(q, k, v, mask):
-    """(out, lse) of plain softmax attention by autograd in q's dtype; GQA by repeating kv heads."""
-    g = q.shape[1] // k.shape[1]
-    kk, vv = (t.repeat_interleave(g, 1) for t in (k, v))
-    s = (q @ kk.transpose(-1, -2) * q.shape[-1] ** -0.5).masked_fill(~mask.materialize(q.shape[2], k.shape[2]), float("-inf"))
-    lse = torch.logsumexp(s, -1)
-    return torch.softmax(s, -1) @ vv, lse
-
-
-def _grads_of(fn, q, k, v, dout, dlse, dtype):
-    leaves = [t.detach().to(dtype).requires_grad_(True) for t in (q, k, v)]
-    out, lse = fn(*leaves)
-    return torch.autograd.grad((out, lse), leaves, (dout.to(dtype), dlse.to(dtype)))
-
-
 def _fused(mask):
     def fn(q, k, v):
         res = blockwise_attention(make_call(q, k, v, mask=mask))
@@ -74,23 +51,19 @@ def _fused(mask):
     return fn
 
 
-def _err(a, b):
-    return float((a.double() - b.double()).abs().max())
-
-
 def _grad_errors(monkeypatch, case: str, magnitude: float, seed: int, dtype: torch.dtype):
     """(name, route error, plain softmax error in ``dtype``) of dq, dk, dv against the float64 oracle,
     with the route forced onto several small groups of blocks."""
     mask, shape = CASES[case]
-    q, k, v, dout, dlse = _inputs(shape, magnitude, seed=seed, dtype=dtype)
+    q, k, v, dout, dlse = grad_inputs(shape, magnitude, seed=seed, dtype=dtype)
     _small_groups(monkeypatch, route_of(make_call(q, k, v, mask=mask)).band, k, v)
-    truth = _grads_of(lambda *t: _oracle(*t, mask), q, k, v, dout, dlse, torch.float64)
-    ref = _grads_of(lambda *t: _oracle(*t, mask), q, k, v, dout, dlse, dtype)
-    got = _grads_of(_fused(mask), q, k, v, dout, dlse, dtype)
+    truth = grads_of(lambda *t: oracle(*t, mask), q, k, v, dout, dlse, torch.float64)
+    ref = grads_of(lambda *t: oracle(*t, mask), q, k, v, dout, dlse, dtype)
+    got = grads_of(_fused(mask), q, k, v, dout, dlse, dtype)
     out = []
     for name, a, r, t in zip("qkv", got, ref, truth):
         assert a.dtype == dtype and a.shape == t.shape
-        out.append((name, _err(a, t), _err(r, t)))
+        out.append((name, max_err(a, t), max_err(r, t)))
     return out
 
 
@@ -110,7 +83,7 @@ def test_bf16_gradients_within_the_plain_bf16_error(monkeypatch, case):
 @pytest.mark.parametrize("case", list(CASES))
 def test_a_subset_of_the_gradients_equals_the_same_part_of_all_three(monkeypatch, case):
     mask, shape = CASES[case]
-    q, k, v, dout, dlse = _inputs(shape, 2.0, seed=1)
+    q, k, v, dout, dlse = grad_inputs(shape, 2.0, seed=1)
     route = route_of(make_call(q, k, v, mask=mask))
     _small_groups(monkeypatch, route.band, k, v)
     _, lse = route.forward(q, k, v)
@@ -138,16 +111,16 @@ def test_padded_and_unpadded_windows_give_the_same_gradients(monkeypatch, case):
     # the backward pads each window to a multiple of 64 keys when the padding keys are finite; the
     # padding key is masked for every query, so the gradients must not depend on it
     mask, shape = CASES[case]
-    q, k, v, dout, dlse = _inputs(shape, 2.0, seed=3)
+    q, k, v, dout, dlse = grad_inputs(shape, 2.0, seed=3)
     route = route_of(make_call(q, k, v, mask=mask))
     assert backward_band(route.band, k, v).pad > 0
     _, lse = route.forward(q, k, v)
     padded = band_grads(dout, q, k, v, lse, dlse, mask, route.band, route.scale, (True, True, True))
     monkeypatch.setattr("attnkit.backends.blockwise.fused_band_grad.pad_keys_finite", lambda *a: False)
     plain = band_grads(dout, q, k, v, lse, dlse, mask, route.band, route.scale, (True, True, True))
-    truth = _grads_of(lambda *t: _oracle(*t, mask), q, k, v, dout, dlse, torch.float64)
+    truth = grads_of(lambda *t: oracle(*t, mask), q, k, v, dout, dlse, torch.float64)
     for a, b, t in zip(padded, plain, truth):
-        assert _err(a, b) <= 2 * _err(b, t) + 1e-6
+        assert max_err(a, b) <= 2 * max_err(b, t) + 1e-6
 
 
 def test_a_nan_in_a_padding_key_keeps_the_gradients_finite():
@@ -155,14 +128,14 @@ def test_a_nan_in_a_padding_key_keeps_the_gradients_finite():
     # sees it; a NaN there must switch the backward's padding off, not reach dq, dk or dv
     L, S, E = 512, 1024, 16
     mask = M.sliding_window(255, 0, align="top_left")
-    q, k, v, dout, dlse = _inputs((1, 2, 2, L, S, E), 1.0, seed=4)
+    q, k, v, dout, dlse = grad_inputs((1, 2, 2, L, S, E), 1.0, seed=4)
     band = backward_band(route_of(make_call(q, k, v, mask=mask)).band, k, v)
     assert band.pad > 0 and band.start(band.interior[1] - 1) + band.w - 1 == 512
-    clean = _grads_of(_fused(mask), q, k, v, dout, dlse, torch.float32)
+    clean = grads_of(_fused(mask), q, k, v, dout, dlse, torch.float32)
     k[:, :, 512] = float("nan")
     v[:, :, 512] = float("nan")
-    got = _grads_of(_fused(mask), q, k, v, dout, dlse, torch.float32)
-    truth = _grads_of(lambda *t: _oracle(*t, mask), q, k.nan_to_num(0.0), v.nan_to_num(0.0), dout, dlse, torch.float64)
+    got = grads_of(_fused(mask), q, k, v, dout, dlse, torch.float32)
+    truth = grads_of(lambda *t: oracle(*t, mask), q, k.nan_to_num(0.0), v.nan_to_num(0.0), dout, dlse, torch.float64)
     for a, c, t in zip(got, clean, truth):
         assert torch.isfinite(a).all()
-        assert _err(a, t) <= 2 * _err(c, t) + 1e-6
+        assert max_err(a, t) <= 2 * max_err(c, t) + 1e-6

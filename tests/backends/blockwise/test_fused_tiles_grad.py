@@ -18,6 +18,8 @@ from attnkit.backends.blockwise import blockwise_attention, fused_tiles_grad
 from attnkit.backends.blockwise.fused_function import route_of
 from attnkit.core.call import make_call
 
+from _grad_oracle import grad_inputs, grads_of, max_err, oracle
+
 B, H, HKV, E = 2, 4, 2, 16
 
 
@@ -34,41 +36,12 @@ CASES = {  # name: (mask factory of L, L, S)
 }
 
 
-def _inputs(L, S, magnitude=2.0, seed=0, dtype=torch.float32):
-    g = torch.Generator().manual_seed(seed)
-    q = torch.randn(B, H, L, E, generator=g) * magnitude
-    k = torch.randn(B, HKV, S, E, generator=g) * magnitude
-    v = torch.randn(B, HKV, S, E, generator=g)
-    dout, dlse = torch.randn(B, H, L, E, generator=g), torch.randn(B, H, L, generator=g)
-    return [t.to(dtype) for t in (q, k, v, dout, dlse)]
-
-
-def _oracle(q, k, v, mask):
-    """(out, lse) of plain softmax attention in q's dtype; GQA by repeating kv heads."""
-    g = q.shape[1] // k.shape[1]
-    kk, vv = (t.repeat_interleave(g, 1) for t in (k, v))
-    s = (q @ kk.transpose(-1, -2) * q.shape[-1] ** -0.5).masked_fill(~mask.materialize(q.shape[2], k.shape[2], batch=q.shape[0]), float("-inf"))
-    lse = torch.logsumexp(s, -1)
-    return torch.softmax(s, -1).nan_to_num(0.0) @ vv, lse
-
-
-def _grads_of(fn, q, k, v, dout, dlse, dtype):
-    leaves = [t.detach().to(dtype).requires_grad_(True) for t in (q, k, v)]
-    out, lse = fn(*leaves)
-    lse = lse.masked_fill(torch.isneginf(lse), 0.0)
-    return torch.autograd.grad((out, lse), leaves, (dout.to(dtype), dlse.to(dtype)))
-
-
 def _fused(mask, ran):
     def fn(q, k, v):
         res = blockwise_attention(make_call(q, k, v, mask=mask))
         assert "non-empty tiles" in res.report.reason
         return res.out, res.lse
     return fn
-
-
-def _err(a, b):
-    return float((a.double() - b.double()).abs().max())
 
 
 def _spy(monkeypatch):
@@ -93,14 +66,14 @@ def test_float32_gradients_within_twice_the_reference_error(monkeypatch, case, s
         monkeypatch.setattr(fused_tiles_grad, "ROWS_ELEMS", 72 * B * H * S)
         monkeypatch.setattr(fused_tiles_grad, "MIN_ROWS", 8)
     served = _spy(monkeypatch)
-    q, k, v, dout, dlse = _inputs(L, S)
-    truth = _grads_of(lambda *t: _oracle(*t, mask), q, k, v, dout, dlse, torch.float64)
-    ref = _grads_of(lambda *t: _oracle(*t, mask), q, k, v, dout, dlse, torch.float32)
-    got = _grads_of(_fused(mask, served), q, k, v, dout, dlse, torch.float32)
+    q, k, v, dout, dlse = grad_inputs((B, H, HKV, L, S, E))
+    truth = grads_of(lambda *t: oracle(*t, mask), q, k, v, dout, dlse, torch.float64)
+    ref = grads_of(lambda *t: oracle(*t, mask), q, k, v, dout, dlse, torch.float32)
+    got = grads_of(_fused(mask, served), q, k, v, dout, dlse, torch.float32)
     assert served == [True]
     for name, a, r, t in zip("qkv", got, ref, truth):
         assert a.dtype == torch.float32 and a.shape == t.shape
-        assert _err(a, t) <= 2 * _err(r, t) + 1e-6, (name, _err(a, t), _err(r, t))
+        assert max_err(a, t) <= 2 * max_err(r, t) + 1e-6, (name, max_err(a, t), max_err(r, t))
 
 
 @pytest.mark.parametrize("case", ["document_per_batch", "chunked"])
@@ -108,13 +81,13 @@ def test_bf16_gradients_within_the_plain_bf16_error(monkeypatch, case):
     make, L, S = CASES[case]
     mask = make(L)
     served = _spy(monkeypatch)
-    q, k, v, dout, dlse = _inputs(L, S, magnitude=1.0, seed=2, dtype=torch.bfloat16)
-    truth = _grads_of(lambda *t: _oracle(*t, mask), q, k, v, dout, dlse, torch.float64)
-    ref = _grads_of(lambda *t: _oracle(*t, mask), q, k, v, dout, dlse, torch.bfloat16)
-    got = _grads_of(_fused(mask, served), q, k, v, dout, dlse, torch.bfloat16)
+    q, k, v, dout, dlse = grad_inputs((B, H, HKV, L, S, E), magnitude=1.0, seed=2, dtype=torch.bfloat16)
+    truth = grads_of(lambda *t: oracle(*t, mask), q, k, v, dout, dlse, torch.float64)
+    ref = grads_of(lambda *t: oracle(*t, mask), q, k, v, dout, dlse, torch.bfloat16)
+    got = grads_of(_fused(mask, served), q, k, v, dout, dlse, torch.bfloat16)
     assert served == [True]
     for a, r, t in zip(got, ref, truth):
-        assert a.dtype == torch.bfloat16 and _err(a, t) <= _err(r, t)
+        assert a.dtype == torch.bfloat16 and max_err(a, t) <= max_err(r, t)
 
 
 def _route(q, k, v, mask):
@@ -124,20 +97,20 @@ def _route(q, k, v, mask):
 def test_a_nan_in_a_key_no_query_sees_goes_back_to_the_tile_loop(monkeypatch):
     make, L, S = CASES["padding_l_lt_s"]
     mask = make(L)
-    q, k, v, dout, dlse = _inputs(L, S, seed=5)
+    q, k, v, dout, dlse = grad_inputs((B, H, HKV, L, S, E), seed=5)
     k[1, :, 500], v[1, :, 500] = float("nan"), float("nan")  # batch row 1 has 450 keys: 500 is padding
     route = _route(q, k, v, mask)
     _, lse = route.forward(q, k, v)
     assert fused_tiles_grad.span_grads(dout, q, k, v, lse, dlse, mask, route.segments, route.scale, (True,) * 3) is None
     served = _spy(monkeypatch)
-    got = _grads_of(_fused(mask, served), q, k, v, dout, dlse, torch.float32)
+    got = grads_of(_fused(mask, served), q, k, v, dout, dlse, torch.float32)
     assert served == [False] and all(bool(torch.isfinite(g).all()) for g in got)
 
 
 def test_mostly_empty_spans_and_too_wide_spans_go_back_to_the_tile_loop(monkeypatch):
     L = S = 2048
     ends = M.custom(lambda b, h, qi, ki: (ki < 16) | (ki >= S - 16), name="first and last keys")
-    q, k, v, dout, dlse = _inputs(L, S, seed=6)
+    q, k, v, dout, dlse = grad_inputs((B, H, HKV, L, S, E), seed=6)
     route = _route(q, k, v, ends)
     _, lse = route.forward(q, k, v)
     assert fused_tiles_grad.span_grads(dout, q, k, v, lse, dlse, ends, route.segments, route.scale, (True,) * 3) is None
@@ -152,7 +125,7 @@ def test_mostly_empty_spans_and_too_wide_spans_go_back_to_the_tile_loop(monkeypa
 def test_a_subset_of_the_gradients_equals_the_same_part_of_all_three():
     make, L, S = CASES["document_per_batch"]
     mask = make(L)
-    q, k, v, dout, dlse = _inputs(L, S, seed=7)
+    q, k, v, dout, dlse = grad_inputs((B, H, HKV, L, S, E), seed=7)
     route = _route(q, k, v, mask)
     _, lse = route.forward(q, k, v)
     every = fused_tiles_grad.span_grads(dout, q, k, v, lse, dlse, mask, route.segments, route.scale, (True,) * 3)
