@@ -166,21 +166,23 @@ def _judge(name, params, b: Built, inputs, truth, tol) -> Verdict:
     try:
         res = attnkit.attention(q, k, v, backend=name, **kwargs)
         res.out.backward(b.d_out)
+        with torch.no_grad():  # inference takes its own paths (planned kernel calls, result checks)
+            out_no_grad = attnkit.attention(q, k, v, backend=name, **kwargs).out
     except Exception as e:  # noqa: BLE001 - any exception on a valid call is a failure to record
         return Verdict("failed", failure=f"exception:{type(e).__name__}", detail=str(e)[:300])
     finally:
         attnkit.set_tile_sizes(None, None)
-    got = {"out": res.out, "dq": q.grad, "dk": k.grad, "dv": v.grad}
+    got = {"out": res.out, "dq": q.grad, "dk": k.grad, "dv": v.grad, "out_no_grad": out_no_grad}
     errors, broken = {}, []
-    for n in QUANTITIES:
-        t = got[n]
+    for key, t in got.items():
+        n = "out" if key == "out_no_grad" else key  # the truth and tolerance it is judged by
         if t is None or t.shape != truth[n].shape or t.dtype != b.q.dtype:
-            errors[n] = math.inf
-            broken.append(f"{n}:shape/dtype")
+            errors[key] = math.inf
+            broken.append(f"{key}:shape/dtype")
             continue
-        errors[n] = _max_err(t.detach().double(), truth[n], spread=n != "out" and b.poisoned)
-        if not errors[n] <= tol[n]:
-            broken.append(n)
+        errors[key] = _max_err(t.detach().double(), truth[n], spread=n != "out" and b.poisoned)
+        if not errors[key] <= tol[n]:
+            broken.append(key)
     detail = res.report.backend if name == "auto" else ""
     if broken:
         return Verdict("failed", errors, tol, failure=",".join(broken), detail=detail)

@@ -99,6 +99,28 @@ def test_fuzz_catches_a_backend_that_is_slightly_wrong():
     assert verdict.status == "failed" and "out" in verdict.failure
 
 
+def test_fuzz_catches_a_backend_wrong_only_without_gradients():
+    """Inference (no gradients) takes its own paths (planned kernel calls, checks on the result):
+    a backend that is right under autograd and off without it is caught, as out_no_grad."""
+    import attnkit
+    from attnkit.backends import reference
+    from attnkit.core import registry
+
+    def off_in_inference(call):
+        res = reference.run(call)
+        if not torch.is_grad_enabled():
+            res.out = res.out + 1e-4
+        return res
+
+    attnkit.register("fuzz_off_in_inference", off_in_inference)
+    try:
+        p = next(c for c in CASES if c["dtype"] == "float32" and c["hostile"] is None and c["std"] <= 1.0)
+        verdict = run_case(p, names=["fuzz_off_in_inference"]).verdicts["fuzz_off_in_inference"]
+    finally:
+        registry.unregister("fuzz_off_in_inference")
+    assert verdict.status == "failed" and verdict.failure == "out_no_grad"
+
+
 def test_fuzz_catches_weights_off_by_eps_times_the_logit():
     """No allowance grows with the logits: weights off by eps·|logit| relative (what an lse rounded at
     |max|, or scores scaled to base 2 before the shift, cost every weight: 2e-5 at logits of ~170)
