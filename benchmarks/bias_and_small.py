@@ -28,8 +28,12 @@ measured on that code too (``code``: ``"this tree"`` / ``"before"``). These rows
 default allocator settings (``malloc``: ``"default"``), not the bias rows' ``MALLOC_MMAP_THRESHOLD_``,
 which turns every allocation over 64 KiB into a fresh mmap and its page faults.
 
+With ``--malloc default`` the bias rows run with glibc's default allocator instead (the time a user
+sees; the peaks then read what malloc kept, not what the call needed), saved apart to
+``bias_and_small_default_malloc.json``.
+
 Run:  PYTHONPATH=src python benchmarks/bias_and_small.py [--quick] [--part bias8k|small]
-      [--only PATTERN] [--before-src /tmp/pb_before/src] [--reps 3]
+      [--only PATTERN] [--before-src /tmp/pb_before/src] [--reps 3] [--malloc default]
 Saves benchmarks/results/bias_and_small.json (``_quick`` with ``--quick``) after every row; a run keeps
 the rows of the other part. Each row records the 1-minute load average; the file records the CPU's flags.
 """
@@ -176,6 +180,9 @@ def main() -> None:
     ap.add_argument("--part", choices=("bias8k", "small"), default=None, help="run one part only")
     ap.add_argument("--only", default=None, help="run only rows whose 'case:impl' (bias8k) or case (small, e.g. 'n64_B1') contains this")
     ap.add_argument("--before-src", default=None, help="src/ of the previous code, for blockwise_before")
+    ap.add_argument("--malloc", choices=("mmap64k", "default"), default="mmap64k",
+                    help="bias rows' allocator: mmap64k (MALLOC_MMAP_THRESHOLD_=65536, for the peak readings) or "
+                         "glibc's default (time as users see it; saved apart, to bias_and_small_default_malloc.json)")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--small-runs", type=int, default=300)
     ap.add_argument("--worker", nargs=4, metavar=("BIAS", "MASK", "IMPL", "N"), help=argparse.SUPPRESS)
@@ -192,8 +199,14 @@ def main() -> None:
 
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "MALLOC_MMAP_THRESHOLD_": "65536",
            "MALLOC_TRIM_THRESHOLD_": "0"}
+    name = "bias_and_small_quick" if args.quick else "bias_and_small"
+    if args.malloc == "default":
+        if args.part != "bias8k":
+            ap.error("--malloc default is for --part bias8k (the small rows always run with glibc's default)")
+        env = {k: v for k, v in env.items() if not k.startswith("MALLOC_")}
+        name += "_default_malloc"
     src = str(Path(__file__).resolve().parents[1] / "src")
-    path = RESULTS / ("bias_and_small_quick.json" if args.quick else "bias_and_small.json")
+    path = RESULTS / f"{name}.json"
     old = json.loads(path.read_text()) if path.exists() else {}
     rows = [r for r in old.get("rows", []) if "error" not in r]
     n = QUICK_N if args.quick else N_BIAS
@@ -209,7 +222,7 @@ def main() -> None:
                         r["ratio_to_sdpa_dense_bias"] = r["median_ms"] / base["sdpa_dense_bias"]
         out = {"what": __doc__.splitlines()[0], "torch": torch.__version__, "threads": 1, "quick": args.quick,
                "B": B, "H": H, "E": E, "n_bias": n, "before_src": args.before_src, "cpu": cpu_flags(),
-               "reps": args.reps, "small_runs": args.small_runs, "loadavg_at_save": os.getloadavg()[0], "rows": rows}
+               "reps": args.reps, "small_runs": args.small_runs, "bias_malloc": args.malloc, "loadavg_at_save": os.getloadavg()[0], "rows": rows}
         path.write_text(json.dumps(out, indent=1) + "\n")
 
     if args.part in (None, "bias8k"):
