@@ -14,9 +14,12 @@ warm-up, VmHWM - VmRSS, as ``flex_race.py`` measures it):
 * ``sdpa_dense_bias`` — ``F.scaled_dot_product_attention`` with the dense (1, H, L, S) float bias
   (the mask folded in as -inf), built once outside the timed calls and so not in its peak
   (``dense_bias_mib``: 2 GiB at 8k);
+* ``flex`` — ``torch.compile(flex_attention)`` with the bias's own ``score_mod`` and a block mask
+  (all-true, or causal), compiled and called once before the timed calls
+  (``compile_and_first_call_s``); CPU FlexAttention is forward only;
 * ``auto`` — ``attnkit.attention`` with backend ``auto``; the report's path is recorded.
 
-Ratios (``speedup_vs_blockwise_before``, ``ratio_to_sdpa_dense_bias``) are between rows of the same run.
+Ratios (``speedup_vs_blockwise_before``, ``ratio_to_sdpa_dense_bias``, ``ratio_to_flex``) are between rows of the same run.
 
 **Small masked calls** (``small``): n in {64, 128, 256, 512}, B in {1, 8}, H=8, E=64, float32, one
 thread, masks causal, sliding window (64 keys back), key padding (a quarter of the keys of every
@@ -58,7 +61,7 @@ B, H, E = 1, 8, 64
 N_BIAS, QUICK_N = 8192, 1024
 BIASES = ("alibi", "t5", "custom")
 MASKS_8K = ("none", "causal")
-IMPLS_8K = ("blockwise", "blockwise_before", "sdpa_dense_bias", "auto")
+IMPLS_8K = ("blockwise", "blockwise_before", "sdpa_dense_bias", "flex", "auto")
 SMALL_N = (64, 128, 256, 512)
 SMALL_B = (1, 8)
 SMALL_MASKS = ("causal", "window", "padding", "document")
@@ -109,6 +112,25 @@ def bias_worker(bias_kind: str, mask_kind: str, impl: str, n: int, reps: int) ->
 
         def fn():
             return F.scaled_dot_product_attention(q, k, v, attn_mask=dense)
+    elif impl == "flex":
+        import time
+
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+        score_mod = bias.score_mod(n, n)  # the bias's own function, as FlexAttention's score_mod
+
+        def allowed(b, h, qi, ki):
+            return qi >= 0 if mask is None else ki <= qi
+
+        block_mask = create_block_mask(allowed, None, None, n, n, device="cpu")
+        compiled = torch.compile(flex_attention)
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            compiled(q, k, v, score_mod=score_mod, block_mask=block_mask)
+        extra["compile_and_first_call_s"] = time.perf_counter() - t0
+
+        def fn():
+            return compiled(q, k, v, score_mod=score_mod, block_mask=block_mask)
     else:
         backend = "auto" if impl == "auto" else "blockwise"
 
@@ -220,6 +242,8 @@ def main() -> None:
                         r["speedup_vs_blockwise_before"] = base["blockwise_before"] / r["median_ms"]
                     if "sdpa_dense_bias" in base:
                         r["ratio_to_sdpa_dense_bias"] = r["median_ms"] / base["sdpa_dense_bias"]
+                    if "flex" in base:
+                        r["ratio_to_flex"] = r["median_ms"] / base["flex"]
         out = {"what": __doc__.splitlines()[0], "torch": torch.__version__, "threads": 1, "quick": args.quick,
                "B": B, "H": H, "E": E, "n_bias": n, "before_src": args.before_src, "cpu": cpu_flags(),
                "reps": args.reps, "small_runs": args.small_runs, "bias_malloc": args.malloc, "loadavg_at_save": os.getloadavg()[0], "rows": rows}

@@ -53,9 +53,9 @@ CASES = {
     "window256_16k_fp32_fwd": ("window", 16384, 16384, "float32", "fwd",
                                ["attnkit_auto", "blockwise_fused", "blockwise_tiles", "flex", "sdpa_mask"], "flex"),
     "window256_4k_fp32_fwd": ("window", 4096, 4096, "float32", "fwd",
-                              ["blockwise_fused", "blockwise_tiles", "sdpa_mask"], "sdpa_mask"),
+                              ["blockwise_fused", "blockwise_tiles", "flex", "sdpa_mask"], "sdpa_mask"),
     "window256_4k_bf16_fwd": ("window", 4096, 4096, "bfloat16", "fwd",
-                              ["blockwise_fused", "blockwise_tiles", "sdpa_mask"], "sdpa_mask"),
+                              ["blockwise_fused", "blockwise_tiles", "flex", "sdpa_mask"], "sdpa_mask"),
     "window256_16k_fp32_fwdbwd": ("window", 16384, 16384, "float32", "fwdbwd",
                                   ["blockwise_fused", "blockwise_tiles"], "blockwise_tiles"),
     # forward + backward against SDPA's fused CPU kernel with the dense mask (too slow at 16k)
@@ -64,9 +64,9 @@ CASES = {
     "window256_4k_bf16_fwdbwd": ("window", 4096, 4096, "bfloat16", "fwdbwd",
                                  ["blockwise_fused", "blockwise_tiles", "sdpa_mask"], "sdpa_mask"),
     "causal_8k_fp32_fwd": ("causal", 8192, 8192, "float32", "fwd",
-                           ["attnkit_auto", "blockwise_fused", "sdpa_causal"], "sdpa_causal"),
+                           ["attnkit_auto", "blockwise_fused", "flex", "sdpa_causal"], "sdpa_causal"),
     "causal_prefix_2k_8k_fp32_fwd": ("causal", 2048, 8192, "float32", "fwd",
-                                     ["attnkit_auto", "blockwise_fused", "sdpa_causal", "sdpa_mask"], "sdpa_causal"),
+                                     ["attnkit_auto", "blockwise_fused", "flex", "sdpa_causal", "sdpa_mask"], "sdpa_causal"),
     "causal_4k_fp32_fwdbwd": ("causal", 4096, 4096, "float32", "fwdbwd",
                               ["blockwise_fused", "blockwise_tiles", "sdpa_causal"], "sdpa_causal"),
     # masks served by the tile-state path; compare ns_per_pair with the window case's
