@@ -20,6 +20,10 @@ median(auto) − median(forced) is the share of the cost model and reasons on a 
 ``first_call_us`` = median(auto_first) − median(direct) the cost when nothing is reused.
 Medians of ``--runs`` calls per variant.
 
+Once per process, the first call without gradients in float32 or float64 (per causal mode) also
+runs the self-test that lets the sdpa plans check the kernel's result instead of its inputs
+(:mod:`attnkit.backends.nonfinite_result`); ``result_check_self_test_s`` times each, first thing.
+
     OMP_NUM_THREADS=1 python benchmarks/auto_overhead.py   # → benchmarks/results/auto_overhead.json
 """
 
@@ -37,7 +41,7 @@ import torch.nn.functional as F
 
 import attnkit
 from attnkit import masks
-from attnkit.backends import sdpa_plan
+from attnkit.backends import nonfinite_result, sdpa_plan
 from attnkit.core import call_cache
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -96,6 +100,14 @@ def main() -> None:
                     help="an earlier result JSON of this script (e.g. before a change) to store alongside, as 'before'")
     a = ap.parse_args()
     torch.set_num_threads(1)
+    self_test = {}
+    for dtype in (torch.float32, torch.float64):
+        for causal in (False, True):
+            nonfinite_result.reset()
+            t0 = time.perf_counter()
+            nonfinite_result.trusted(dtype, causal)
+            self_test[f"{str(dtype).removeprefix('torch.')}{'_causal' if causal else ''}"] = time.perf_counter() - t0
+    print("result-check self-test, once per process: " + ", ".join(f"{k} {v:.3f} s" for k, v in self_test.items()))
     rows = [measure(n, c, a.runs) for n in (16, 64) for c in (False, True)]
     for r in rows:
         print(f"n={r['n']:3d} causal={r['causal']!s:5} auto {r['auto_us']:6.1f} µs  forced {r['forced_us']:6.1f} µs  "
@@ -105,7 +117,7 @@ def main() -> None:
     res = {
         "torch": torch.__version__, "threads": torch.get_num_threads(), "runs": a.runs, "label": a.label,
         "limit_us": LIMIT_US, "max_overhead_us": worst, "within_limit": worst <= LIMIT_US,
-        "loadavg_1min": os.getloadavg()[0], "rows": rows,
+        "loadavg_1min": os.getloadavg()[0], "result_check_self_test_s": self_test, "rows": rows,
     }
     if a.before is not None:
         before = json.loads(a.before.read_text())

@@ -184,7 +184,9 @@ def _cpu_race() -> dict[str, dict]:
 
 
 def test_the_cpu_race_has_the_cases():
-    assert set(_cpu_race()) == set(RACE_MASKS)
+    # the race also times Flex beside causal and bf16 rows (informative; the estimate checks below
+    # cover the fp32 mask cases the tile-state and band routes serve)
+    assert set(RACE_MASKS) <= set(_cpu_race())
 
 
 @pytest.mark.parametrize("case", sorted(RACE_MASKS))
