@@ -78,9 +78,21 @@ def test_every_exact_backend_and_auto_was_exercised():
     assert any(c["Hkv"] < c["H"] for c in CASES)
 
 
+def _judged(fn, params: dict, also: tuple[str, ...] = ()):
+    """run_case(params) with ``fn`` registered as a backend (under its own name) for the call, and
+    the backends in ``also`` beside it; the registry is restored whatever happens."""
+    import attnkit
+    from attnkit.core import registry
+
+    attnkit.register(fn.__name__, fn)
+    try:
+        return run_case(params, names=[fn.__name__, *also])
+    finally:
+        registry.unregister(fn.__name__)
+
+
 def test_fuzz_catches_a_backend_that_is_slightly_wrong():
     """The judge must be able to fail: a backend off by 1e-4 in float32 is caught."""
-    import attnkit
     from attnkit.backends import reference
 
     def off_by_a_little(call):
@@ -88,23 +100,15 @@ def test_fuzz_catches_a_backend_that_is_slightly_wrong():
         res.out = res.out + 1e-4
         return res
 
-    attnkit.register("fuzz_off_by_a_little", off_by_a_little)
-    try:
-        p = next(c for c in CASES if c["dtype"] == "float32" and c["hostile"] is None and c["std"] <= 1.0)
-        verdict = run_case(p, names=["fuzz_off_by_a_little"]).verdicts["fuzz_off_by_a_little"]
-    finally:
-        from attnkit.core import registry
-
-        registry.unregister("fuzz_off_by_a_little")
+    p = next(c for c in CASES if c["dtype"] == "float32" and c["hostile"] is None and c["std"] <= 1.0)
+    verdict = _judged(off_by_a_little, p).verdicts["off_by_a_little"]
     assert verdict.status == "failed" and "out" in verdict.failure
 
 
 def test_fuzz_catches_a_backend_wrong_only_without_gradients():
     """Inference (no gradients) takes its own paths (planned kernel calls, checks on the result):
     a backend that is right under autograd and off without it is caught, as out_no_grad."""
-    import attnkit
     from attnkit.backends import reference
-    from attnkit.core import registry
 
     def off_in_inference(call):
         res = reference.run(call)
@@ -112,12 +116,8 @@ def test_fuzz_catches_a_backend_wrong_only_without_gradients():
             res.out = res.out + 1e-4
         return res
 
-    attnkit.register("fuzz_off_in_inference", off_in_inference)
-    try:
-        p = next(c for c in CASES if c["dtype"] == "float32" and c["hostile"] is None and c["std"] <= 1.0)
-        verdict = run_case(p, names=["fuzz_off_in_inference"]).verdicts["fuzz_off_in_inference"]
-    finally:
-        registry.unregister("fuzz_off_in_inference")
+    p = next(c for c in CASES if c["dtype"] == "float32" and c["hostile"] is None and c["std"] <= 1.0)
+    verdict = _judged(off_in_inference, p).verdicts["off_in_inference"]
     assert verdict.status == "failed" and verdict.failure == "out_no_grad"
 
 
@@ -125,9 +125,7 @@ def test_fuzz_catches_weights_off_by_eps_times_the_logit():
     """No allowance grows with the logits: weights off by eps·|logit| relative (what an lse rounded at
     |max|, or scores scaled to base 2 before the shift, cost every weight: 2e-5 at logits of ~170)
     fail, where the float32 reference's own error is a few ulps; blockwise passes the same case."""
-    import attnkit
     from attnkit.backends import reference
-    from attnkit.core import registry
 
     def weights_off(call):
         res = reference.run(call)
@@ -136,21 +134,15 @@ def test_fuzz_catches_weights_off_by_eps_times_the_logit():
 
     p = {**CASES[0], "dtype": "float32", "B": 1, "H": 2, "Hkv": 2, "L": 16, "S": 16, "E": 16, "Ev": 16, "std": 10.0,
          "score": "scaled_dot", "scale": None, "mask": None, "bias": [], "tiles": (8, 8), "hostile": None, "poison": None, "layout": None}
-    attnkit.register("fuzz_weights_off", weights_off)
-    try:
-        res = run_case(p, names=["fuzz_weights_off", "blockwise"])
-    finally:
-        registry.unregister("fuzz_weights_off")
-    assert res.verdicts["fuzz_weights_off"].status == "failed"
+    res = _judged(weights_off, p, also=("blockwise",))
+    assert res.verdicts["weights_off"].status == "failed"
     assert res.verdicts["blockwise"].status == "passed", res.verdicts["blockwise"]
 
 
 def test_fuzz_catches_a_backend_that_drops_to_contiguous_badly():
     """The layouts must reach the backend: one that reads a non-unit-stride last dim as if it were
     contiguous (the storage in order) is caught."""
-    import attnkit
     from attnkit.backends import reference
-    from attnkit.core import registry
 
     def ignores_strides(call):
         v = call.v
@@ -159,13 +151,9 @@ def test_fuzz_catches_a_backend_that_drops_to_contiguous_badly():
         call.v = v
         return reference.run(call)
 
-    attnkit.register("fuzz_ignores_strides", ignores_strides)
-    try:
-        p = next(c for c in CASES if c["dtype"] == "float32" and c["hostile"] is None and not c["poison"] and c["S"] > 1)
-        p = {**p, "layout": {"q": "contiguous", "k": "contiguous", "v": "sliced_last", "bias": "contiguous"}}
-        verdict = run_case(p, names=["fuzz_ignores_strides"]).verdicts["fuzz_ignores_strides"]
-    finally:
-        registry.unregister("fuzz_ignores_strides")
+    p = next(c for c in CASES if c["dtype"] == "float32" and c["hostile"] is None and not c["poison"] and c["S"] > 1)
+    p = {**p, "layout": {"q": "contiguous", "k": "contiguous", "v": "sliced_last", "bias": "contiguous"}}
+    verdict = _judged(ignores_strides, p).verdicts["ignores_strides"]
     assert verdict.status == "failed" and "out" in verdict.failure
 
 
