@@ -26,8 +26,13 @@ thread, masks causal, sliding window (64 keys back), key padding (a quarter of t
 other sequence) and documents (four per sequence). ``auto`` (``attnkit.attention``, default backend)
 against SDPA with the dense bool mask built once outside the timed call; the two are timed
 interleaved, call by call, in one process, so load drift hits both alike; medians of ``--small-runs``
-calls, and ``ratio = auto / sdpa`` (the goal: at most 1.2). With ``--before-src`` the same rows are
-measured on that code too (``code``: ``"this tree"`` / ``"before"``). These rows run with glibc's
+calls, and ``ratio = auto / sdpa`` (the goal: at most 1.2). Compiled FlexAttention with the same
+mask as a block mask is timed in a second interleaved pass against ``auto`` in the same process
+(``flex_us``, ``auto_us_beside_flex``, ``ratio_to_flex`` = their ratio); it compiles per case first
+(``flex_compile_and_first_call_s``: dynamo's caches are reset per case, but inductor's on-disk cache
+may serve a kernel compiled before). With ``--before-src`` the same rows are
+measured on that code too (``code``: ``"this tree"`` / ``"before"``; the file's ``before_src``
+names, per part, the code its ``before`` rows ran). These rows run with glibc's
 default allocator settings (``malloc``: ``"default"``), not the bias rows' ``MALLOC_MMAP_THRESHOLD_``,
 which turns every allocation over 64 KiB into a fresh mmap and its page faults.
 
@@ -161,7 +166,32 @@ def _small_mask(kind: str, b: int, n: int):
     return masks.document((torch.arange(n) * 4 // n).expand(b, n).contiguous())
 
 
-def small_worker(runs: int, quick: bool, only: str | None = None) -> list[dict]:
+def _small_flex(kind: str, b: int, n: int, q, k, v):
+    """(compiled FlexAttention call, its first call's seconds incl. compiling, its output) of a small
+    case: ``torch.compile(flex_attention)`` with the mask as a block mask of the same keys. Dynamo's
+    caches are reset first, so every case compiles afresh (a reused function would hit the
+    recompile limit and run eagerly) and its compile time is its own."""
+    import time
+
+    import torch
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    lens = torch.tensor([n - (n // 4) * (i % 2) for i in range(b)])  # as _small_mask's padding
+    docs = (torch.arange(n) * 4 // n).expand(b, n).contiguous()  # and its documents
+    mods = {"causal": lambda bi, h, qi, ki: ki <= qi,
+            "window": lambda bi, h, qi, ki: (ki <= qi) & (ki >= qi - 63),
+            "padding": lambda bi, h, qi, ki: ki < lens[bi],
+            "document": lambda bi, h, qi, ki: docs[bi, qi] == docs[bi, ki]}
+    torch._dynamo.reset()
+    t0 = time.perf_counter()
+    block_mask = create_block_mask(mods[kind], b if kind in ("padding", "document") else None, None, n, n, device="cpu")
+    compiled = torch.compile(flex_attention)
+    with torch.no_grad():
+        out = compiled(q, k, v, block_mask=block_mask)
+    return (lambda: compiled(q, k, v, block_mask=block_mask)), time.perf_counter() - t0, out
+
+
+def small_worker(runs: int, quick: bool, only: str | None = None, flex: bool = True) -> list[dict]:
     import torch
     import torch.nn.functional as F
 
@@ -181,13 +211,24 @@ def small_worker(runs: int, quick: bool, only: str | None = None) -> list[dict]:
                 res = attnkit.attention(q, k, v, mask=mask)
                 ref = F.scaled_dot_product_attention(q, k, v, attn_mask=dense)
                 err = float((res.out - ref).abs().max())
+                auto = lambda: attnkit.attention(q, k, v, mask=mask)  # noqa: E731
                 with torch.no_grad():  # 10 untimed rounds first: caches, first-call paths
-                    t = interleaved_times({"auto": lambda: attnkit.attention(q, k, v, mask=mask),
-                                           "sdpa": lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=dense)},
+                    t = interleaved_times({"auto": auto, "sdpa": lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=dense)},
                                           runs, warmup=10)
                 a, s = statistics.median(t["auto"]) * 1e6, statistics.median(t["sdpa"]) * 1e6
+                extra = {}
+                if flex:  # a second interleaved pass, auto against Flex (a third call in the first
+                    # pass would change what the goal's two calls find in the caches)
+                    fx, compile_s, flex_out = _small_flex(kind, b, n, q, k, v)
+                    with torch.no_grad():
+                        tf = interleaved_times({"auto": auto, "flex": fx}, runs, warmup=10)
+                    extra = {"flex_us": statistics.median(tf["flex"]) * 1e6,
+                             "auto_us_beside_flex": statistics.median(tf["auto"]) * 1e6,
+                             "flex_compile_and_first_call_s": compile_s,
+                             "flex_max_abs_diff_vs_sdpa": float((flex_out - ref).abs().max())}
+                    extra["ratio_to_flex"] = extra["auto_us_beside_flex"] / extra["flex_us"]
                 rows.append({"part": "small", "case": f"{kind}_n{n}_B{b}", "mask": kind, "n": n, "B": b,
-                             "auto_us": a, "sdpa_dense_mask_us": s, "ratio": a / s, "runs": runs,
+                             "auto_us": a, "sdpa_dense_mask_us": s, "ratio": a / s, "runs": runs, **extra,
                              "auto_path": f"{res.report.backend}: {res.report.reason}",
                              "max_abs_diff_vs_sdpa": err, "loadavg_1min": os.getloadavg()[0],
                              "malloc": "default" if "MALLOC_MMAP_THRESHOLD_" not in os.environ else "mmap above 64 KiB"})
@@ -209,13 +250,14 @@ def main() -> None:
     ap.add_argument("--small-runs", type=int, default=300)
     ap.add_argument("--worker", nargs=4, metavar=("BIAS", "MASK", "IMPL", "N"), help=argparse.SUPPRESS)
     ap.add_argument("--small-worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--no-flex", action="store_true", help=argparse.SUPPRESS)  # the --before-src small rows: Flex once is enough
     args = ap.parse_args()
     if args.worker:
         bias_kind, mask_kind, impl, n = args.worker
         print(json.dumps(bias_worker(bias_kind, mask_kind, impl, int(n), args.reps)))
         return
     if args.small_worker:
-        print(json.dumps(small_worker(args.small_runs, args.quick, args.only)))
+        print(json.dumps(small_worker(args.small_runs, args.quick, args.only, flex=not args.no_flex)))
         return
     import torch
 
@@ -232,6 +274,12 @@ def main() -> None:
     old = json.loads(path.read_text()) if path.exists() else {}
     rows = [r for r in old.get("rows", []) if "error" not in r]
     n = QUICK_N if args.quick else N_BIAS
+    # the code each part's "before" rows ran, per part: a run of one part keeps the other's
+    before = old.get("before_src") or {}
+    before = {"bias8k": before, "small": before} if isinstance(before, str) else dict(before)
+    for part in ("bias8k", "small"):
+        if args.part in (None, part):
+            before[part] = args.before_src
 
     def save():
         for case in {r["case"] for r in rows if r["part"] == "bias8k"}:
@@ -245,7 +293,7 @@ def main() -> None:
                     if "flex" in base:
                         r["ratio_to_flex"] = r["median_ms"] / base["flex"]
         out = {"what": __doc__.splitlines()[0], "torch": torch.__version__, "threads": 1, "quick": args.quick,
-               "B": B, "H": H, "E": E, "n_bias": n, "before_src": args.before_src, "cpu": cpu_flags(),
+               "B": B, "H": H, "E": E, "n_bias": n, "before_src": before, "cpu": cpu_flags(),
                "reps": args.reps, "small_runs": args.small_runs, "bias_malloc": args.malloc, "loadavg_at_save": os.getloadavg()[0], "rows": rows}
         path.write_text(json.dumps(out, indent=1) + "\n")
 
@@ -278,6 +326,7 @@ def main() -> None:
                 continue
             cmd = [sys.executable, __file__, "--small-worker", "--small-runs", str(args.small_runs)] + (["--quick"] if args.quick else [])
             cmd += ["--only", args.only] if args.only else []
+            cmd += ["--no-flex"] if code == "before" else []
             # glibc's default allocator here: the bias rows' MALLOC_* settings (for their peak-memory
             # reading) make every allocation over 64 KiB a fresh mmap, a cost per call no user pays
             small_env = {k: v for k, v in env.items() if not k.startswith("MALLOC_")}

@@ -1,14 +1,17 @@
 """The README's table of the CPU speed goals, built from the committed benchmark JSON.
 
     python benchmarks/goal_table.py            # prints the table's lines
-    python benchmarks/goal_table.py --readme   # writes them between the README's goal-table markers
+    python benchmarks/goal_table.py --readme   # writes them between the README's goal-table and
+                                               # flex-table markers
 
 Each row reads one committed file (all one thread, fp32 unless said, B=1, H=8, E=64, medians):
 ``flex_race.json`` (blockwise's fused route against compiled FlexAttention and SDPA in the same
 run), ``bf16_window.json``, ``bias_and_small.json`` (relative biases at 8k against the tile loop of
 the previous code, and small masked calls against SDPA given a prebuilt dense mask),
 ``causal_interleaved.json`` (causal ``auto`` against SDPA ``is_causal``, timed call by call in one process).
-``tests/docs/test_readme_goal_table.py`` checks that the README holds exactly these lines.
+A second table sets ``auto`` beside compiled FlexAttention on every forward row of those runs
+(``flex_lines``). ``tests/docs/test_readme_goal_table.py`` checks that the README holds exactly
+these lines.
 """
 
 from __future__ import annotations
@@ -94,14 +97,70 @@ def table_lines(results: Path = RESULTS) -> list[str]:
     return lines
 
 
+FLEX_HEADER = "| case | `auto` | compiled Flex | `auto` ÷ Flex |"
+# flex_race.json rows: label -> (case, attnkit's impl); "blockwise_fused" is backend="blockwise"
+FLEX_RACE_ROWS = {
+    "window 256, n=16k": ("window256_16k_fp32_fwd", "attnkit_auto"),
+    "window 256, n=4k (forced blockwise)": ("window256_4k_fp32_fwd", "blockwise_fused"),
+    "window 256, n=4k, bf16 (forced blockwise)": ("window256_4k_bf16_fwd", "blockwise_fused"),
+    "causal, n=8k": ("causal_8k_fp32_fwd", "attnkit_auto"),
+    "2k queries after a 6k cached prefix": ("causal_prefix_2k_8k_fp32_fwd", "attnkit_auto"),
+    "16 documents, n=16k (forced blockwise)": ("document_16k_fp32_fwd", "blockwise_fused"),
+    "causal chunks of 1,024, n=16k (forced blockwise)": ("chunked_16k_fp32_fwd", "blockwise_fused"),
+    "prefix-LM, 1,024-key prefix, n=16k (forced blockwise)": ("prefix_lm_16k_fp32_fwd", "blockwise_fused"),
+}
+BIAS_LABELS = {"alibi": "ALiBi", "t5": "T5 buckets", "custom": "custom bias"}
+
+
+def _ms(x: float) -> str:
+    return f"{x:,.0f} ms" if x >= 100 else f"{x:.1f} ms" if x >= 1 else f"{x * 1000:.0f} µs"
+
+
+def flex_lines(results: Path = RESULTS) -> list[str]:
+    """The table of ``auto`` against compiled FlexAttention (forward, same runs), then one line
+    naming the rows where Flex is faster."""
+    race, bs = _load(results, "flex_race.json"), _load(results, "bias_and_small.json")
+    lines, slower = [FLEX_HEADER, "|---|---|---|---|"], []
+
+    def add(label, a, f):
+        lines.append(f"| {label} | {_ms(a)} | {_ms(f)} | {a / f:.2f}× |")
+        if a > f:
+            slower.append(f"{label} ({_ms(f)} against {_ms(a)})")
+
+    for label, (case, impl) in FLEX_RACE_ROWS.items():
+        add(label, _row(race["rows"], case, impl)["median_ms"], _row(race["rows"], case, "flex")["median_ms"])
+    bias = [r for r in bs["rows"] if r["part"] == "bias8k"]
+    for kind, label in BIAS_LABELS.items():
+        for m, how in (("none", "no mask"), ("causal", "causal")):
+            add(f"{label}, n=8k, {how}", _row(bias, f"{kind}_{m}", "auto")["median_ms"], _row(bias, f"{kind}_{m}", "flex")["median_ms"])
+    small = [r for r in bs["rows"] if r["part"] == "small" and r.get("code") == "this tree" and "flex_us" in r]
+    for n in sorted({r["n"] for r in small}):  # one line per n: the range over its masks and batch sizes
+        rs = [r for r in small if r["n"] == n]
+        a, f = [r["auto_us_beside_flex"] / 1000 for r in rs], [r["flex_us"] / 1000 for r in rs]
+        ratio = [r["ratio_to_flex"] for r in rs]
+        lines.append(f"| small masked calls, n={n} ({len(rs)}: causal, window, padding, document; B=1 and 8) | "
+                     f"{_ms(min(a))} – {_ms(max(a))} | {_ms(min(f))} – {_ms(max(f))} | {min(ratio):.2f}–{max(ratio):.2f}× |")
+        slower += [f"{r['mask']}, n={n}, B={r['B']} ({_ms(r['flex_us'] / 1000)} against {_ms(r['auto_us_beside_flex'] / 1000)})"
+                   for r in rs if r["ratio_to_flex"] > 1]
+    lines.append("")
+    lines.append("Compiled Flex is faster on: " + ("; ".join(slower) if slower else "none of these rows") + ".")
+    return lines
+
+
+MARKERS = {"goal-table": table_lines, "flex-table": flex_lines}
+
+
 def write_readme(readme: Path = RESULTS.parents[1] / "README.md") -> None:
-    """Replace the lines between ``<!-- goal-table:start -->`` and ``<!-- goal-table:end -->``."""
+    """Replace the lines between each ``<!-- NAME:start -->`` and ``<!-- NAME:end -->`` pair of
+    :data:`MARKERS` with its table."""
     text = readme.read_text(encoding="utf-8")
-    start, end = "<!-- goal-table:start -->\n", "\n<!-- goal-table:end -->"
-    if start not in text or end not in text:
-        raise ValueError(f"{readme} has no goal-table markers; add {start.strip()} and {end.strip()} around the table")
-    head, rest = text.split(start, 1)
-    readme.write_text(head + start + "\n".join(table_lines()) + end + rest.split(end, 1)[1], encoding="utf-8")
+    for name, lines in MARKERS.items():
+        start, end = f"<!-- {name}:start -->\n", f"\n<!-- {name}:end -->"
+        if start not in text or end not in text:
+            raise ValueError(f"{readme} has no {name} markers; add {start.strip()} and {end.strip()} around the table")
+        head, rest = text.split(start, 1)
+        text = head + start + "\n".join(lines()) + end + rest.split(end, 1)[1]
+    readme.write_text(text, encoding="utf-8")
 
 
 if __name__ == "__main__":
@@ -110,4 +169,4 @@ if __name__ == "__main__":
     if sys.argv[1:] == ["--readme"]:
         write_readme()
     else:
-        print("\n".join(table_lines()))
+        print("\n".join(table_lines() + [""] + flex_lines()))

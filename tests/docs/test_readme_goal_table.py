@@ -24,15 +24,34 @@ def _module():
     return mod
 
 
-def _readme_block() -> list[str]:
+def _readme_block(name: str = "goal-table") -> list[str]:
     text = (ROOT / "README.md").read_text(encoding="utf-8")
-    found = re.search(r"<!-- goal-table:start -->\n(.*?)\n<!-- goal-table:end -->", text, re.S)
-    assert found, "README.md has no goal table between its markers"
+    found = re.search(rf"<!-- {name}:start -->\n(.*?)\n<!-- {name}:end -->", text, re.S)
+    assert found, f"README.md has no {name} between its markers"
     return found.group(1).splitlines()
 
 
 def test_the_readme_goal_table_is_rebuilt_from_the_committed_json():
     assert _readme_block() == _module().table_lines()
+
+
+def test_the_readme_flex_table_is_rebuilt_from_the_committed_json():
+    assert _readme_block("flex-table") == _module().flex_lines()
+
+
+def test_the_flex_table_names_every_row_where_flex_is_faster(tmp_path):
+    mod = _module()
+    for name in mod.FILES:
+        (tmp_path / name).write_text((mod.RESULTS / name).read_text(encoding="utf-8"), encoding="utf-8")
+    race = json.loads((tmp_path / "flex_race.json").read_text(encoding="utf-8"))
+    for r in race["rows"]:
+        if r["case"] == "causal_8k_fp32_fwd" and r["impl"] == "flex":
+            r["median_ms"] = 1.0  # Flex now far faster on this row
+    (tmp_path / "flex_race.json").write_text(json.dumps(race), encoding="utf-8")
+    lines = mod.flex_lines(tmp_path)
+    row = next(line for line in lines if line.startswith("| causal, n=8k |"))
+    assert "| 1.0 ms |" in row
+    assert "causal, n=8k (1.0 ms against" in lines[-1]
 
 
 def test_the_table_follows_its_json(tmp_path):

@@ -1,7 +1,7 @@
 r"""Gradients of a tiles-route call (documents, chunks, prefix-LM, ...) from complete rows.
 
-The tiles route (:mod:`.fused_tiles`) runs each block of ``BLOCK`` queries against its *segments*,
-runs of key tiles the mask leaves non-empty. The keys of all of a block's segments lie in one
+The tiles route (:mod:`.fused_tiles`) runs each block of queries (``BLOCK`` or ``FINE_BLOCK`` of
+them) against its *segments*, runs of key tiles the mask leaves non-empty. The keys of all of a block's segments lie in one
 *span* ``[first segment's start, last segment's end)``; for the masks this route serves the span
 is mostly allowed pairs (a document's keys, a chunk, a prefix), so the backward can run every
 row of the block against its whole span in one go, with the mask evaluated on it, and rebuild
@@ -38,28 +38,12 @@ import torch
 from ...core import fresh_memory
 from .fused_band import finite
 from .fused_band_grad import _Buffers, _neg_shift, rows_backward
-from .fused_tiles import Segments
+from .fused_tiles import MAX_WASTE, Segments
 
 __all__ = ["span_grads", "MAX_WASTE", "ROWS_ELEMS", "MIN_ROWS"]
 
-MAX_WASTE = 1.5  # span pairs / segment pairs of a block, above which the tile loop's backward runs
 ROWS_ELEMS = 1 << 22  # weights per sub-block (16 MiB in float32; two such work tensors)
 MIN_ROWS = 128  # fewer rows per GEMM than this and the tile loop's backward is as fast (a prefix-LM at 8k: 64 rows)
-
-
-def _spans(segs: Segments) -> list[tuple[int, int, int, int]] | None:
-    """(q0, q1, k0, k1) per query block with a segment, or None when a block's span holds more
-    than MAX_WASTE times its segments' pairs."""
-    out = []
-    for q0, q1, seg_list in segs.blocks:
-        if not seg_list:
-            continue
-        k0, k1 = seg_list[0][0], seg_list[-1][1]
-        useful = sum(b - a for a, b, _ in seg_list)
-        if (k1 - k0) > MAX_WASTE * useful:
-            return None
-        out.append((q0, q1, k0, k1))
-    return out
 
 
 def span_grads(dout, q, k, v, lse, dlse, mask, segs: Segments, scale: float, need):
@@ -69,7 +53,7 @@ def span_grads(dout, q, k, v, lse, dlse, mask, segs: Segments, scale: float, nee
     B, H, L, E = q.shape
     Hkv, S = k.shape[1], k.shape[2]
     g = H // Hkv
-    spans = _spans(segs)
+    spans = segs.spans()
     if spans is None or not finite(k, v):
         return None
     widest = max((k1 - k0 for *_, k0, k1 in spans), default=1)
