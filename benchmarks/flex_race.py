@@ -25,10 +25,12 @@ printed at the end and saved under ``"goals"``. The CPU's flags
 (avx512_bf16, amx) are recorded from /proc/cpuinfo.
 
 Run:  PYTHONPATH=src python benchmarks/flex_race.py [--quick] [--reps 5] [--only CASE] [--rows PATTERNS] [--redo]
+      [--runs K]   (K fresh processes per row; the goal's row is measured with --runs 5)
 Saves benchmarks/results/flex_race.json (flex_race_quick.json with --quick) after every row; a run
 resumes: rows the file already holds are skipped unless ``--redo`` (with ``--rows`` to pick them).
 Each row records the 1-minute load average when it finished, the allowed pairs per head and the
-time per allowed pair (``ns_per_pair``: the rate per useful FLOP, comparable across masks).
+time per allowed pair (``ns_per_pair``: the rate per useful FLOP, comparable across masks), and
+the host's float32 matmul rate just before its timed calls (``sgemm_gflops``).
 """
 
 from __future__ import annotations
@@ -204,6 +206,7 @@ def worker(case: str, impl: str, reps: int, quick: bool) -> dict:
             torch.autograd.grad(out, (q, k, v), dout)
         return out
 
+    gemm = sgemm_gflops()
     with torch.no_grad() if not back else torch.enable_grad():
         first, times, peak, exact, out = time_and_peak(once, reps)
     out_mib = out.numel() * out.element_size() / 2**20
@@ -213,7 +216,51 @@ def worker(case: str, impl: str, reps: int, quick: bool) -> dict:
             "median_ms": med * 1e3, "times_ms": [t * 1e3 for t in times], "useful_pairs_per_head": pairs,
             "ns_per_pair": med * 1e9 / (pairs * B * H),
             "first_call_ms": first * 1e3, "peak_above_inputs_mib": peak / 1024, "output_mib": out_mib,
-            "peak_exact": exact, "path": path if label else impl}
+            "peak_exact": exact, "path": path if label else impl, "sgemm_gflops": gemm}
+
+
+def sgemm_gflops() -> float:
+    """The host's speed just before a row's timed calls: GFLOP/s of a 2048² float32 matmul on one
+    thread (median of 7 after 2 warm-ups), so rows measured on a slower moment of a shared host show it."""
+    import time
+
+    import torch
+
+    a, b = torch.randn(2048, 2048), torch.randn(2048, 2048)
+    for _ in range(2):
+        a @ b
+    ts = []
+    for _ in range(7):
+        t0 = time.perf_counter()
+        a @ b
+        ts.append(time.perf_counter() - t0)
+    return 2 * 2048 ** 3 / statistics.median(ts) / 1e9
+
+
+def _runs(cmd: list[str], env: dict, runs: int, case: str, impl: str) -> dict:
+    """One row from ``runs`` fresh worker processes: with more than one, ``median_ms`` is the median
+    of the runs' medians (``run_medians_ms`` lists them, in order), ``times_ms`` holds every call,
+    and the peak is the largest run's. On this shared 2-core host one process's median of
+    five calls drifts by up to a tenth from the next process's (the window's forward+backward at
+    16k: 418 to 494 ms on one day, the same code), more than the calls inside a run."""
+    got = []
+    for _ in range(runs):
+        p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        if p.returncode != 0:
+            return {"case": case, "impl": impl, "error": p.stderr.strip().splitlines()[-1:] or ["failed"],
+                    "loadavg_1min": os.getloadavg()[0]}
+        got.append(json.loads(p.stdout.strip().splitlines()[-1]))
+    row = dict(got[0])
+    if runs > 1:
+        row["run_medians_ms"] = [r["median_ms"] for r in got]
+        row["median_ms"] = statistics.median(row["run_medians_ms"])
+        row["ns_per_pair"] = row["median_ms"] * 1e6 / (row["useful_pairs_per_head"] * B * H)
+        row["times_ms"] = [t for r in got for t in r["times_ms"]]
+        row["peak_above_inputs_mib"] = max(r["peak_above_inputs_mib"] for r in got)
+        row["peak_exact"] = all(r["peak_exact"] for r in got)
+        row["run_sgemm_gflops"] = [r["sgemm_gflops"] for r in got]
+    row["loadavg_1min"] = os.getloadavg()[0]
+    return row
 
 
 def main() -> None:
@@ -224,6 +271,8 @@ def main() -> None:
     ap.add_argument("--rows", default=None,
                     help="comma-separated patterns; run only rows whose 'case:impl' contains one (e.g. 'window256_16k,causal_8k:sdpa')")
     ap.add_argument("--redo", action="store_true", help="re-measure rows the saved JSON already holds (default: resume)")
+    ap.add_argument("--runs", type=int, default=1,
+                    help="fresh processes per row; above 1 a row's median_ms is the median of the runs' medians")
     ap.add_argument("--worker", nargs=2, metavar=("CASE", "IMPL"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
@@ -266,12 +315,7 @@ def main() -> None:
             if not wanted(case, impl) or (done and not args.redo):
                 continue
             cmd = [sys.executable, __file__, "--worker", case, impl, "--reps", str(args.reps)] + (["--quick"] if args.quick else [])
-            p = subprocess.run(cmd, capture_output=True, text=True, env=env)
-            if p.returncode != 0:
-                row = {"case": case, "impl": impl, "error": p.stderr.strip().splitlines()[-1:] or ["failed"]}
-            else:
-                row = json.loads(p.stdout.strip().splitlines()[-1])
-            row["loadavg_1min"] = os.getloadavg()[0]
+            row = _runs(cmd, env, args.runs, case, impl)
             rows[:] = [r for r in rows if not (r["case"] == case and r["impl"] == impl)] + [row]
             save()  # after every row: an interrupted run resumes where it stopped
             print(json.dumps({k: (round(v, 1) if isinstance(v, float) else v) for k, v in row.items() if k != "times_ms"}), flush=True)
