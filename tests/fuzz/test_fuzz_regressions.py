@@ -7,7 +7,13 @@ float32 at |lse| in the hundreds (logits of std 5–10, large biases):
 
 * dv (sometimes dq, dk): CPU's fused backward rebuilt the weights from an lse rounded to float32,
   one relative error per row that does not average out (:mod:`attnkit.backends.sdpa_flash`);
-* out and dq with E != Ev or a learned (T5) bias: the public function's math path.
+* out and dq with E != Ev or a learned (T5) bias: the public function's math path;
+* dv at |lse| below the float64 rerun's threshold (14 in seed 2's case 2603: document mask, Shaw
+  bias, E = 32): the op's forward and backward applied a scale that is not a power of two with
+  different roundings; float32 calls now run the op on ``q · scale`` with its scale at 1;
+* out at logits of std 10 (seed 0's case 6266 of the small budget), when that fold was first also
+  used above the threshold: rounding ``q · scale`` perturbs large logits; such calls' outputs are
+  recomputed with the scale in the op.
 
 Shape legend: q (B, H, L, E), k (B, Hkv, S, E), v (B, Hkv, S, Ev).
 """
@@ -28,8 +34,9 @@ from _fuzz_judge import run_case  # noqa: E402
 
 # (seed, budget) -> indices that failed for sdpa
 PINNED = {
-    (0, "small"): [297, 378, 438, 1225, 1604, 1648, 1671, 1936, 1944, 1992, 2978, 4243],
+    (0, "small"): [297, 378, 438, 1225, 1604, 1648, 1671, 1936, 1944, 1992, 2978, 4243, 6266],
     (1, "full"): [5, 37, 64, 224, 249, 275, 314, 429, 625, 835],
+    (2, "full"): [2603],
 }
 
 

@@ -17,6 +17,21 @@ repair it: the op's forward and backward round the scores ``s · scale + mask`` 
 size of lse), so even with the mask shifted by ``-lse`` and an lse re-measured by the forward op the
 backward's weights missed summing to 1 by 1.8e-5 (measured, L=8, S=16, |lse| 55–195).
 
+**The scale goes into q.** The op's forward and backward also apply ``scale`` with different
+roundings, so the backward's scores differ from the forward's even where lse is small: with
+E = 32 (scale 1/√32), a document mask and a Shaw bias at |lse| ≈ 14, dv came out 1.8e-5 off,
+1.8x the fuzz's tolerance, where the plain float32 softmax was 5e-7 off (seed 2, case 2603 of the
+full budget). Called on ``q · scale`` with its own scale at 1, forward and backward compute the same
+scores: dv 6.0e-7 there, and over 600 random masked and biased calls (L ≤ 64, S ≤ 128, logits of
+std 1–3, the rerun below disabled) the worst dv went from 2.6 to 0.51 of the tolerance. So float32
+calls with gradients run the op that way (:func:`forward`) and multiply dq by the scale. Rounding
+``q · scale`` perturbs each query by half an ulp (exact where the scale is a power of two, E = 16,
+64, 256), which moves a weight by about eps times its logit: below the reference's own error for
+|lse| up to :data:`LSE_EXACT_ABOVE` (logits of a row are at most its lse, up to its own log-sum),
+but not for the large logits above it (an output 1.2x its tolerance at logits of std 10: seed 0,
+case 6266 of the small budget). A call whose folded lse exceeds the threshold is therefore run
+again with the scale in the op for its output, and its backward reruns in float64 as below.
+
 **What runs.** In float32, when ``max |lse| > LSE_EXACT_ABOVE`` the backward repeats the forward
 op in float64 and runs the backward op there, then rounds the gradients to float32 (inside a
 compiled graph always, where the test would be a data-dependent branch). Forward + backward of
@@ -82,11 +97,16 @@ def needs_lse_correction(lse: torch.Tensor) -> bool:
     return bool(finite.abs().max() > LSE_EXACT_ABOVE)
 
 
-def flash_backward(d_out, d_lse, q, k, v, attn_mask, is_causal: bool, scale: float, out, lse, mask_grad: bool = False):
+def flash_backward(d_out, d_lse, q, k, v, attn_mask, is_causal: bool, scale: float, out, lse, mask_grad: bool = False,
+                   folded: bool = False):
     """(dq, dk, dv, d_mask) of ``out`` and ``lse`` for q, k, v of H heads each (module docstring);
-    d_mask is None unless ``mask_grad``."""
+    d_mask is None unless ``mask_grad``. ``folded``: out and lse came from the op run on
+    ``q · scale`` with its scale at 1 (:func:`forward`), and the backward runs the same way."""
     dt = q.dtype
-    if needs_lse_correction(lse):
+    unscale = 1.0  # dq of the op's q is dq / unscale of the caller's
+    if folded:  # as the forward ran: the scale in q, the op's at 1 (module docstring)
+        q, unscale, scale = q * scale, scale, 1.0
+    elif needs_lse_correction(lse):
         # the weights' rounding is then larger than the reference's: redo the call in float64
         q, k, v = q.double(), k.double(), v.double()
         attn_mask = None if attn_mask is None else attn_mask.double()
@@ -116,16 +136,32 @@ def flash_backward(d_out, d_lse, q, k, v, attn_mask, is_causal: bool, scale: flo
         if with_lse:
             shift = shift - d_lse.unsqueeze(-1)
         d_mask = (p * (d_out @ v.transpose(-1, -2) - shift)).to(dt)
-    return (*(g.to(dt) for g in grads), d_mask)
+    dq = grads[0] if unscale == 1.0 else grads[0] * unscale
+    return (dq.to(dt), *(g.to(dt) for g in grads[1:]), d_mask)
+
+
+def forward(q, k, v, attn_mask, is_causal: bool, scale: float) -> tuple[torch.Tensor, torch.Tensor, bool]:
+    """(out, lse, folded) of the op for q, k, v of H heads each, as its backward should rerun it:
+    float32 calls run on ``q · scale`` with the op's scale at 1 (``folded``), so that forward and
+    backward round the scores alike, unless |lse| then exceeds :data:`LSE_EXACT_ABOVE`: such a
+    call's backward reruns in float64 anyway, and its output is recomputed with the scale in the op,
+    where rounding ``q · scale`` would perturb logits of that size by more than the reference's own
+    error (module docstring). Inside a compiled graph (no data-dependent branch) never folded."""
+    if q.dtype != torch.float32 or torch.compiler.is_compiling():
+        return (*_FWD(q, k, v, 0.0, is_causal, attn_mask=attn_mask, scale=scale), False)
+    out, lse = _FWD(q * scale, k, v, 0.0, is_causal, attn_mask=attn_mask, scale=1.0)
+    if not needs_lse_correction(lse):
+        return out, lse, True
+    return (*_FWD(q, k, v, 0.0, is_causal, attn_mask=attn_mask, scale=scale), False)
 
 
 class _FlashCPU(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, attn_mask, is_causal: bool, scale: float, groups: int):
         k_h, v_h = _repeat_kv(k, groups), _repeat_kv(v, groups)  # (B, H, S, E)
-        out, lse = _FWD(q, k_h, v_h, 0.0, is_causal, attn_mask=attn_mask, scale=scale)
+        out, lse, folded = forward(q, k_h, v_h, attn_mask, is_causal, scale)
         ctx.save_for_backward(q, k_h, v_h, attn_mask, out, lse)
-        ctx.is_causal, ctx.scale, ctx.groups = is_causal, scale, groups
+        ctx.is_causal, ctx.scale, ctx.groups, ctx.folded = is_causal, scale, groups, folded
         ctx.set_materialize_grads(False)
         return out, lse
 
@@ -135,7 +171,7 @@ class _FlashCPU(torch.autograd.Function):
         if d_out is None:
             d_out = torch.zeros_like(out)
         dq, dk, dv, d_mask = flash_backward(d_out.contiguous(), d_lse, q, k_h, v_h, attn_mask, ctx.is_causal, ctx.scale,
-                                            out, lse, mask_grad=ctx.needs_input_grad[3])
+                                            out, lse, mask_grad=ctx.needs_input_grad[3], folded=ctx.folded)
         return dq, _sum_groups(dk, ctx.groups), _sum_groups(dv, ctx.groups), d_mask, None, None, None
 
 
