@@ -34,3 +34,24 @@ def test_peer_failure_raises_within_timeout(mode):
         for rank in timed_out:
             assert survivors[rank]["elapsed"] >= 0.9 * TIMEOUT_S, survivors[rank]
             assert "within 5 s" in survivors[rank]["message"], survivors[rank]["message"]
+
+
+def test_a_send_to_a_dead_peer_raises_ring_comm_error_while_posting(monkeypatch):
+    """gloo raises while *posting* a send to a peer whose socket has closed (before any wait): that
+    too must be a RingCommError naming the peer, not the backend's bare RuntimeError."""
+    import torch
+    import torch.distributed as dist
+
+    from attnkit.distributed import comm
+
+    def closed(ops):
+        raise RuntimeError("[gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:16557")
+
+    monkeypatch.setattr(dist, "batch_isend_irecv", closed)
+    ring = object.__new__(comm.RingComm)  # no process group needed to post
+    ring.group, ring.timeout, ring.rank, ring.world_size, ring.next, ring.prev = None, None, 0, 3, 1, 2
+    monkeypatch.setattr(dist, "P2POp", lambda *a, **kw: None)
+    with pytest.raises(comm.RingCommError, match="peer rank has probably died or hung") as info:
+        ring.exchange([torch.zeros(2)], tag=0, what="forward step 1")
+    assert "forward step 1" in str(info.value) and "Connection closed by peer" in str(info.value)
+    assert not isinstance(info.value, comm.RingTimeoutError)

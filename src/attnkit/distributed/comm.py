@@ -12,7 +12,8 @@ code runs on both; the tensors' device decides where the bytes move.
 Why a per-operation timeout: without one, a rank whose neighbour died waits for the process
 group's timeout (30 minutes by default) or forever. ``Work.wait(timeout)`` bounds every wait; on
 gloo it raises after ``timeout`` ("Timed out waiting ... for recv operation"), or at once when the
-peer's socket closes. Either way :class:`RingTimeoutError` / :class:`RingCommError` is raised, and
+peer's socket closes; posting a send to a peer that has already died raises at once too
+(:func:`post`). Either way :class:`RingTimeoutError` / :class:`RingCommError` is raised, and
 the process group must then be considered broken: exit and let the launcher (torchrun) restart.
 """
 
@@ -92,6 +93,20 @@ def wait_all(works: Sequence[dist.Work], *, timeout: timedelta | None, what: str
             ) from e
 
 
+def post(start, *, what: str):
+    """``start()``, which posts sends, receives or a collective, with a backend failure turned into
+    :class:`RingCommError`: when a peer has already died, gloo raises while posting the send to its
+    closed socket, before there is anything to wait on (seen in a fault test: "Connection closed by
+    peer" from ``batch_isend_irecv``)."""
+    try:
+        return start()
+    except RuntimeError as e:  # gloo/NCCL raise RuntimeError (DistBackendError subclasses it)
+        raise RingCommError(
+            f"{what} failed to start: {e}. A peer rank has probably died or hung; this process group "
+            "cannot be used any more, so exit and let the launcher restart the job"
+        ) from e
+
+
 class PendingExchange:
     """Receives in flight from one ring hop; :meth:`wait` returns the received tensors."""
 
@@ -130,8 +145,8 @@ class RingComm:
         for i, (t, r) in enumerate(zip(sent, received, strict=True)):
             ops.append(dist.P2POp(dist.isend, t, group=self.group, group_peer=self.next, tag=tag + i))
             ops.append(dist.P2POp(dist.irecv, r, group=self.group, group_peer=self.prev, tag=tag + i))
-        works = dist.batch_isend_irecv(ops)
         label = f"ring_attention {what} (rank {self.rank} of {self.world_size}: send to {self.next}, receive from {self.prev})"
+        works = post(lambda: dist.batch_isend_irecv(ops), what=label)
         return PendingExchange(works, sent, received, self.timeout, label)
 
 
@@ -139,8 +154,9 @@ def all_gather_rows(row: torch.Tensor, group: dist.ProcessGroup, timeout: timede
     """All-gather a 1-D tensor from every rank into (W, n), with the timeout applied."""
     world_size = dist.get_world_size(group)
     rows = [torch.empty_like(row) for _ in range(world_size)]
-    work = dist.all_gather(rows, row.contiguous(), group=group, async_op=True)
-    wait_all([work], timeout=timeout, what=f"{what} (all_gather, rank {dist.get_rank(group)} of {world_size})")
+    label = f"{what} (all_gather, rank {dist.get_rank(group)} of {world_size})"
+    work = post(lambda: dist.all_gather(rows, row.contiguous(), group=group, async_op=True), what=label)
+    wait_all([work], timeout=timeout, what=label)
     return torch.stack(rows)
 
 
@@ -148,6 +164,7 @@ def all_gather_tensor(t: torch.Tensor, group: dist.ProcessGroup, timeout: timede
     """All-gather one same-shaped tensor from every rank (a list indexed by rank), with the timeout applied."""
     world_size = dist.get_world_size(group)
     parts = [torch.empty_like(t, memory_format=torch.contiguous_format) for _ in range(world_size)]
-    work = dist.all_gather(parts, t.contiguous(), group=group, async_op=True)
-    wait_all([work], timeout=timeout, what=f"{what} (all_gather, rank {dist.get_rank(group)} of {world_size})")
+    label = f"{what} (all_gather, rank {dist.get_rank(group)} of {world_size})"
+    work = post(lambda: dist.all_gather(parts, t.contiguous(), group=group, async_op=True), what=label)
+    wait_all([work], timeout=timeout, what=label)
     return parts
