@@ -221,10 +221,8 @@ def run(call: AttentionCall) -> BackendResult:
         q, k, v = kernel_layout(q), kernel_layout(k), kernel_layout(v)
         out, lse = sdpa_flash.flash_attention_cpu(q, k, v, attn_mask, is_causal, call.scale, call.groups)
     else:
-        # enable_gqa (torch >= 2.5) reads kv head h // groups without copying k and v. A head dim
-        # that is not unit-stride would send the public function to its math path, less accurate
-        # at large logits (an output 1.1x the fuzz's tolerance, logits of std 10: small budget,
-        # seed 1, case 4754), so such inputs are copied as for the fused op
+        # enable_gqa reads kv head h // groups without a copy; a head dim that is not unit-stride would
+        # take the math path, less exact at large logits (fuzz: small budget, seed 1, case 4754)
         q, k, v = kernel_layout(q), kernel_layout(k), kernel_layout(v)
         kwargs = {"enable_gqa": True} if call.groups > 1 else {}
         out = F.scaled_dot_product_attention(
