@@ -152,12 +152,7 @@ class RingComm:
 
 def all_gather_rows(row: torch.Tensor, group: dist.ProcessGroup, timeout: timedelta | None, what: str) -> torch.Tensor:
     """All-gather a 1-D tensor from every rank into (W, n), with the timeout applied."""
-    world_size = dist.get_world_size(group)
-    rows = [torch.empty_like(row) for _ in range(world_size)]
-    label = f"{what} (all_gather, rank {dist.get_rank(group)} of {world_size})"
-    work = post(lambda: dist.all_gather(rows, row.contiguous(), group=group, async_op=True), what=label)
-    wait_all([work], timeout=timeout, what=label)
-    return torch.stack(rows)
+    return torch.stack(all_gather_tensor(row, group, timeout, what))
 
 
 def all_gather_tensor(t: torch.Tensor, group: dist.ProcessGroup, timeout: timedelta | None, what: str) -> list[torch.Tensor]:

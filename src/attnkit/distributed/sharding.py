@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from .comm import all_gather_rows, check_timeout, post, resolve_group, wait_all
+from .comm import all_gather_rows, all_gather_tensor, check_timeout, resolve_group
 from .layout import check_layout, chunk_order, chunks_per_rank, num_chunks, padded_length, rank_chunks
 
 
@@ -97,10 +97,7 @@ def gather_sequence(
         seq_len = total
     if isinstance(seq_len, bool) or not isinstance(seq_len, int) or not 0 < seq_len <= total:
         raise ValueError(f"seq_len must be an int in [1, W * Lr = {total}] (the unpadded length), got {seq_len!r}")
-    shards = [torch.empty_like(x_local) for _ in range(world_size)]
-    label = f"gather_sequence (all_gather, rank {dist.get_rank(group)} of {world_size})"
-    work = post(lambda: dist.all_gather(shards, x_local.contiguous(), group=group, async_op=True), what=label)
-    wait_all([work], timeout=wait_for, what=label)
+    shards = all_gather_tensor(x_local, group, wait_for, "gather_sequence")
     chunk_len = local_len // cpr
     chunks = [c for shard in shards for c in shard.split(chunk_len, dim=dim)]  # in chunk_order
     by_index = [chunk for _, chunk in sorted(zip(chunk_order(layout, world_size), chunks, strict=True), key=lambda p: p[0])]
