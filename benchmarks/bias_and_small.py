@@ -153,8 +153,6 @@ def bias_worker(bias_kind: str, mask_kind: str, impl: str, n: int, reps: int) ->
 
 
 def _small_mask(kind: str, b: int, n: int):
-    import torch
-
     from attnkit import masks
 
     if kind == "causal":
@@ -162,8 +160,20 @@ def _small_mask(kind: str, b: int, n: int):
     if kind == "window":
         return masks.sliding_window(63, 0)
     if kind == "padding":
-        return masks.padding_mask([n - (n // 4) * (i % 2) for i in range(b)], n)
-    return masks.document((torch.arange(n) * 4 // n).expand(b, n).contiguous())
+        return masks.padding_mask(_small_lengths(b, n), n)
+    return masks.document(_small_docs(b, n))
+
+
+def _small_lengths(b: int, n: int) -> list[int]:
+    """Key lengths of the padding case: a quarter of the keys cut from every other sequence."""
+    return [n - (n // 4) * (i % 2) for i in range(b)]
+
+
+def _small_docs(b: int, n: int):
+    """(b, n) document ids of the document case: four equal documents per sequence."""
+    import torch
+
+    return (torch.arange(n) * 4 // n).expand(b, n).contiguous()
 
 
 def _small_flex(kind: str, b: int, n: int, q, k, v):
@@ -176,8 +186,7 @@ def _small_flex(kind: str, b: int, n: int, q, k, v):
     import torch
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-    lens = torch.tensor([n - (n // 4) * (i % 2) for i in range(b)])  # as _small_mask's padding
-    docs = (torch.arange(n) * 4 // n).expand(b, n).contiguous()  # and its documents
+    lens, docs = torch.tensor(_small_lengths(b, n)), _small_docs(b, n)  # the same masks as _small_mask's
     mods = {"causal": lambda bi, h, qi, ki: ki <= qi,
             "window": lambda bi, h, qi, ki: (ki <= qi) & (ki >= qi - 63),
             "padding": lambda bi, h, qi, ki: ki < lens[bi],
