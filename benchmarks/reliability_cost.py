@@ -24,6 +24,8 @@ Ratios are against ``sdpa_s`` of the same run. ``check_exponent`` / ``copy_expon
 float64 when ``max |lse| > LSE_EXACT_ABOVE``), forward + backward of ``attnkit.attention`` per call:
 
 * ``ordinary_s`` — q, k, v ~ N(0, 1): |lse| of a few units, no float64 rerun;
+* ``mid_s``      — q ~ N(0, 5²): |lse| of 24-27 at n = 256-1024, under the threshold, no rerun
+  (``mid_over_ordinary``; such calls reran in float64 while the threshold was 16);
 * ``large_s``    — q ~ N(0, 30²): |lse| in the hundreds, the float64 rerun runs;
 * ``large_fused_s`` — the same inputs with the rerun switched off (the fused op's own backward).
 
@@ -108,14 +110,17 @@ def measure_backward(n: int, runs: int) -> dict:
         return f
 
     default = sdpa_flash.LSE_EXACT_ABOVE
-    variants = {"ordinary_s": step(1.0, True), "large_s": step(30.0, True), "large_fused_s": step(30.0, False)}
+    # q x 5: max |lse| of 24-27 at n = 256-1024, under the threshold (no rerun); q x 30: |lse| ~ 150, rerun
+    variants = {"ordinary_s": step(1.0, True), "mid_s": step(5.0, True), "large_s": step(30.0, True),
+                "large_fused_s": step(30.0, False)}
     try:
         row = {"n": n, "runs": _runs_for(n, runs), **interleaved_medians(variants, _runs_for(n, runs))}
     finally:
         sdpa_flash.LSE_EXACT_ABOVE = default
     with torch.no_grad():
-        lse = {s: float(attnkit.attention(q * s, k, v, backend="sdpa").lse.abs().max()) for s in (1.0, 30.0)}
-    row["max_abs_lse_ordinary"], row["max_abs_lse_large"] = lse[1.0], lse[30.0]
+        lse = {s: float(attnkit.attention(q * s, k, v, backend="sdpa").lse.abs().max()) for s in (1.0, 5.0, 30.0)}
+    row["max_abs_lse_ordinary"], row["max_abs_lse_mid"], row["max_abs_lse_large"] = lse[1.0], lse[5.0], lse[30.0]
+    row["mid_over_ordinary"] = row["mid_s"] / row["ordinary_s"]
     row["rerun_over_fused"] = row["large_s"] / row["large_fused_s"]
     row["rerun_over_ordinary"] = row["large_s"] / row["ordinary_s"]
     return row
@@ -163,6 +168,7 @@ def main_backward(args) -> None:
         rows.append(row)
         print(f"n={n:5d}  ordinary {row['ordinary_s'] * 1e3:8.2f} ms  large+rerun {row['large_s'] * 1e3:8.2f} ms  "
               f"large fused {row['large_fused_s'] * 1e3:8.2f} ms  rerun/fused {row['rerun_over_fused']:.2f}  "
+              f"mid (|lse| {row['max_abs_lse_mid']:.0f})/ordinary {row['mid_over_ordinary']:.2f}  "
               f"rerun/ordinary {row['rerun_over_ordinary']:.2f}", flush=True)
     result = {
         "what": "forward + backward of attnkit.attention(backend='sdpa'), float32: the float64 backward rerun at large |lse| vs the fused op's own backward",

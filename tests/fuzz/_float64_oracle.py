@@ -180,6 +180,8 @@ def scores(spec: dict, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
         w = torch.as_tensor(spec["w"], dtype=dt)
         qw = q @ w if w.dim() == 2 else torch.einsum("bhle,hef->bhlf", q, w)
         return (qw[..., :, None, :] * k[..., None, :, :]).sum(-1)
+    if kind == "dot_fma":  # what a GEMM microkernel does per entry: one fused multiply-add per e, in index order
+        return _fma_dot(q, k)
     if kind == "dot_flipped":  # the same dot product from the other GEMM, summed over E in reverse
         return (k.flip(-1) @ q.flip(-1).transpose(-1, -2)).transpose(-1, -2)
     if kind in ("general", "general_flipped"):
@@ -204,6 +206,21 @@ def scores(spec: dict, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     raise ValueError(f"unknown score kind {kind!r}")
 
 
+def _fma_dot(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """q kᵀ accumulated over E in index order with one rounding per step (a fused multiply-add):
+    the product of two values of q's dtype is exact one precision up, the running sum is rounded
+    back each step. In float64 this is the plain dot product; in float32 it is the order of MKL's
+    and oneDNN's microkernels, which at |scores| in the hundreds rounds several ulps away from a
+    pairwise sum. q (B, H, L, E), k (B, H, S, E) -> (B, H, L, S)."""
+    if q.dtype != torch.float32:
+        return torch.einsum("bhle,bhse->bhls", q, k)
+    acc = torch.zeros(q.shape[:-1] + (k.shape[-2],), dtype=torch.float32)
+    for e in range(q.shape[-1]):
+        prod = q[..., e, None].double() * k[..., e].double().unsqueeze(-2)  # exact: 24 + 24 bits < 53
+        acc = (acc.double() + prod).float()
+    return acc
+
+
 # attention ---------------------------------------------------------------------------------------
 def attention(q, k, v, *, score: dict, scale: float, mask: dict | None, biases: list[dict], dtype=torch.float64,
               stats: dict | None = None, order: int = 0):
@@ -213,7 +230,8 @@ def attention(q, k, v, *, score: dict, scale: float, mask: dict | None, biases: 
     (k · (scale q)ᵀ)ᵀ summed over E in reverse instead of (q kᵀ) · scale (another GEMM, the scale
     rounded into q), a general one as q (W kᵀ) instead of (q W) kᵀ, and the output as (vᵀ pᵀ)ᵀ;
     ``order`` 2 forms the products and sums them with a reduction instead of a GEMM, for scores
-    and output. In float64 all agree to ~1e-16; in float32 each is one sample of the rounding any
+    and output; ``order`` 3 accumulates a dot score over E in index order with one rounding per
+    fused multiply-add (``_fma_dot``; other scores as order 0). In float64 all agree to ~1e-16; in float32 each is one sample of the rounding any
     float32 implementation carries (``_fuzz_judge`` takes the largest)."""
     B, H, L, _ = q.shape
     S = k.shape[2]
@@ -226,6 +244,8 @@ def attention(q, k, v, *, score: dict, scale: float, mask: dict | None, biases: 
         s = _pairwise_scores({**score, "kind": "general_flipped"}, q, kx) * scale
     elif order == 2 and score["kind"] in ("dot", "scaled_dot", "general"):
         s = _pairwise_scores({**score, "kind": "general_reduced" if score["kind"] == "general" else "dot_reduced"}, q, kx) * scale
+    elif order == 3 and score["kind"] in ("dot", "scaled_dot"):
+        s = _pairwise_scores({"kind": "dot_fma"}, q, kx) * scale
     else:
         s = _pairwise_scores(score, q, kx) * scale
     for spec in biases:  # in order: additive ones add, soft-capping squashes what came before

@@ -54,9 +54,11 @@ def run_case(params: dict, names: list[str] | None = None) -> CaseResult:
     built = build(params)
     stats: dict = {}
     truth = _oracle_run(built, torch.float64, stats=stats)
-    # the reference's own error: the largest of three equally valid float32 evaluation orders (one
-    # sample of rounding is noisy on small tensors; another correct order can be several times off it)
-    bases = [_oracle_run(built, torch.float32, round_to=DTYPES[params["dtype"]], order=o) for o in (0, 1, 2)]
+    # the reference's own error: the largest of four equally valid float32 evaluation orders (one
+    # sample of rounding is noisy on small tensors; another correct order can be several times off it:
+    # at |scores| of 300 a GEMM's FMA order (3) was 5x off the other three, and PyTorch's fused kernel
+    # landed between them, at the median of 300 random summation orders; fuzz seed 1, case 2460)
+    bases = [_oracle_run(built, torch.float32, round_to=DTYPES[params["dtype"]], order=o) for o in (0, 1, 2, 3)]
     stats["grad_noise"] = _softmax_grad_noise(built)
     tol = {n: 2.0 * max(_finite_err(b[n], truth[n]) for b in bases) + floor(params["dtype"], truth, n, stats) for n in QUANTITIES}
     *inputs, applied = _hostile_inputs(built, params["hostile"], params.get("hostile_at", "kv"))
@@ -88,13 +90,19 @@ def floor(dtype: str, truth: dict[str, torch.Tensor], n: str, stats: dict) -> fl
 
 
 def _softmax_grad_noise(b: Built) -> dict[str, float]:
-    """Size of the D-cancellation noise in dq and dk: eps · max|dP| times how a score moves with q
-    or k (scale · max|k| for dq; scale · max|q| for dk, summed over the group's L·g queries like
-    a random walk). Cosine scores see unit vectors times tau; others the raw inputs."""
+    """Size of the D-cancellation noise in dq and dk: eps times the rounding scale of dP = dO·vᵀ and
+    D = dO·O, times how a score moves with q or k (scale · max|k| for dq; scale · max|q| for dk,
+    summed over the group's L·g queries like a random walk). Cosine scores see unit vectors times
+    tau; others the raw inputs.
+
+    A dot product's rounding is bounded by the sum of its terms' sizes, not by its value: with
+    sum_e |dO_e| · max_j |v_je| (which bounds both, as |O_e| <= max_j |v_je|) in place of max|dP|, a
+    query seeing one key, where dP - D is exactly 0 but the terms of dP summed to 17 against a dP of 2,
+    is no longer judged by a floor 9x below the rounding it must carry (fuzz seed 1, case 2757)."""
     g = b.q.shape[1] // b.k.shape[1]
     fin = lambda t: t.double().nan_to_num(0.0, 0.0, 0.0)  # noqa: E731 - a poisoned entry is judged by the non-finite rule
     v = torch.repeat_interleave(fin(b.v), g, dim=1)
-    dp = float((fin(b.d_out) @ v.transpose(-2, -1)).abs().max()) if v.numel() else 0.0
+    dp = float((fin(b.d_out).abs() * v.abs().amax(-2, keepdim=True)).sum(-1).max()) if v.numel() else 0.0
     if b.oracle_score["kind"] == "cosine":
         q_mag = k_mag = b.oracle_score["tau"]
     else:

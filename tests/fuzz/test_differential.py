@@ -22,6 +22,7 @@ import random
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -195,6 +196,26 @@ def test_oracle_nan_semantics():
     out2 = oracle.attention(q2, k2, v[:, :, :3].detach(), score={"kind": "scaled_dot"}, scale=0.5, mask=pad, biases=[])
     out2.sum().backward()
     assert torch.isfinite(out2).all() and torch.isfinite(q2.grad).all() and torch.isfinite(k2.grad).all()
+
+
+def test_oracle_fma_order_rounds_once_per_step():
+    """Order 3's dot score (``_fma_dot``): the float64 value is the plain dot product; the float32 one
+    is the running sum rounded once per term, checked term by term against NumPy (products taken
+    exactly in float64, each partial sum rounded to float32), and stays within the textbook bound
+    E · eps · sum |q_e k_e| of the exact score."""
+    g = torch.Generator().manual_seed(3)
+    q, k = (torch.randn(1, 2, 5, 24, generator=g) * 30.0 for _ in range(2))
+    assert torch.allclose(oracle._fma_dot(q.double(), k.double()), torch.einsum("bhle,bhse->bhls", q.double(), k.double()),
+                          rtol=0, atol=1e-9)
+    got = oracle._fma_dot(q, k)
+    qn, kn = q.numpy().astype(np.float64), k.numpy().astype(np.float64)
+    acc = np.zeros((1, 2, 5, 5), dtype=np.float32)
+    for e in range(24):
+        acc = (acc.astype(np.float64) + qn[..., e, None] * kn[..., None, :, e]).astype(np.float32)
+    assert np.array_equal(got.numpy(), acc)
+    exact = torch.einsum("bhle,bhse->bhls", q.double(), k.double())
+    bound = 24 * torch.finfo(torch.float32).eps * torch.einsum("bhle,bhse->bhls", q.double().abs(), k.double().abs())
+    assert bool(((got.double() - exact).abs() <= bound).all())
 
 
 def test_oracle_alibi_slopes_are_the_papers():
