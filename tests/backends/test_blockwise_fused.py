@@ -268,3 +268,22 @@ def test_double_backward_matches_the_tile_loop():
         return
     for a, b in zip(second(True), want):
         assert _err(a, b) < 1e-10
+
+
+@pytest.mark.parametrize("L,S", [(256, 1024), (96, 400)])
+def test_a_cached_prefix_at_large_logits_merges_relative_to_a_row_shift(L, S):
+    # exact scores (halves of integers up to 15, scale 1/2) put |lse| near 350: the prefix's and the
+    # square's float32 lse are each rounded to ulp(350) ~ 3e-5, and where the two parts weigh alike
+    # an unshifted merge gave 11-14x the float32 reference's error; relative to a row shift both lse
+    # are small and exact to a few ulps (attnkit.backends.blockwise.fused_merge.rows_to_shift)
+    g = torch.Generator().manual_seed(5)
+    q, k = (torch.randint(-30, 31, (1, 2, n, 4), generator=g).float() / 2 for n in (L, S))
+    v = torch.randn(1, 2, S, 4, generator=g)
+    res = attnkit.attention(q, k, v, mask=M.causal(), backend="blockwise")
+    assert "prefix + is_causal square" in res.report.reason
+    ref = attnkit.attention(q, k, v, mask=M.causal(), backend="reference")
+    truth = attnkit.attention(q.double(), k.double(), v.double(), mask=M.causal(), backend="reference")
+    assert truth.lse.abs().max() > 300  # the case is what it claims
+    assert _err(res.out, truth.out) <= 2 * _err(ref.out, truth.out) + 1e-7
+    fin = torch.isfinite(truth.lse)
+    assert torch.allclose(res.lse.double()[fin], truth.lse[fin], rtol=0, atol=1e-4)

@@ -212,3 +212,21 @@ def test_large_logits_merge_relative_to_a_row_shift(mask):
     assert res.report.reason.endswith(ROUTE)
     assert res.lse.abs().max() > 100  # the case is what it claims
     assert err <= 3 * err32 + 1e-6, (err, err32)
+
+
+@pytest.mark.parametrize("mask", ["none", "padding"])
+def test_a_later_chunk_that_outweighs_the_first_moves_the_row_shift(mask):
+    # exact scores (halves of small integers, scale 1/2) plus a bias of 0 on the first chunk's keys and
+    # 300 + (j mod 5) on the rest: the later chunks are alike in weight and outweigh the first by e^300.
+    # A shift taken from the first chunk's lse leaves theirs near 300, each rounded to ulp(300) apart
+    # in float32, an error their weights carry into the output; the float32 reference, with exact
+    # scores, is exact to a few ulps (fuzz, 5-key chunks, seed 12 case 13153: out 3.7x its tolerance)
+    B, H, Hkv, L, S, E = 1, 2, 1, 5, 40, 4
+    g = torch.Generator().manual_seed(4)
+    q, k = (torch.randint(-3, 4, (B, n_heads, n, E), generator=g).float() / 2 for n_heads, n in ((H, L), (Hkv, S)))
+    v = torch.randn(B, Hkv, S, E, generator=g)
+    bias = biases.custom_bias(lambda b, h, i, j: torch.where(j < 12, 0.0, 300.0 + (j % 5).float()) + 0 * h, depends_on=("h",))
+    err, err32, res = _errors(q, k, v, bias, mask_of(mask, B, L, S))
+    assert res.report.reason.endswith(ROUTE)
+    assert res.lse.abs().max() > 300  # the case is what it claims
+    assert err <= 3 * err32 + 1e-6, (err, err32)

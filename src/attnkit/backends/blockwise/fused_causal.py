@@ -10,7 +10,13 @@ bottom-right (the last query sits on the last key, as in decoding with a cache):
 * ``off > 0`` (L < S, a cached prefix): every query sees the first ``off`` keys (one unmasked call,
   the *prefix*) and, among the last L keys, the causal square (one ``is_causal`` call); the two
   partial results are merged by log-sum-exp (:func:`.fused_merge.merge_into`), ``rows`` query rows
-  at a time so the float32 temporaries stay small;
+  at a time so the float32 temporaries stay small. In float32 a row's parts are computed relative
+  to a row shift where their lse is large (:mod:`.fused_merge`: above 16, the float32 lse's
+  rounding would move the parts' relative weights): the square runs first, and where its lse is
+  large it is the shift, passed to the prefix call as a (B, H, L, 1) float mask expanded over the
+  keys, and the square runs again with it (one more square, about +14% for 2k queries after a 6k
+  prefix; the kernel adds the mask to every score, a few percent); where only the prefix's is large
+  and alike the square's, the prefix and the square run again. Other calls run as before;
 * ``off < 0`` (L > S): the first ``-off`` queries see no key (out 0, lse -inf) and the rest form
   the causal square against all S keys.
 
@@ -28,7 +34,7 @@ from __future__ import annotations
 import torch
 
 from .fused_gate import forward_op
-from .fused_merge import merge_into
+from .fused_merge import merge_into, rows_to_shift
 
 __all__ = ["dense_forward"]
 
@@ -56,9 +62,24 @@ def dense_forward(q, k, v, scale: float, causal_off: int | None = None):
             out[:, :, skip:] = o
             lse[:, :, skip:] = l2
         return out, lse
-    out, lse = op(q, k[:, :, :causal_off], v[:, :, :causal_off], scale=scale)  # the cached prefix
-    o2, l2 = op(q, k[:, :, causal_off:], v[:, :, causal_off:], is_causal=True, scale=scale)  # the square
-    for r0 in range(0, L, _MERGE_ROWS):
+    prefix, square = (k[:, :, :causal_off], v[:, :, :causal_off]), (k[:, :, causal_off:], v[:, :, causal_off:])
+
+    def shifted(c, n):  # the row shift as the kernel's float mask over n keys (no copy: stride 0)
+        return (-c).to(q.dtype).expand(*q.shape[:3], n)
+
+    # the square first: where its lse is large, it is the shift the prefix is computed relative to
+    o2, l2 = op(q, *square, is_causal=True, scale=scale)
+    c = rows_to_shift(l2)
+    if c is None:
+        out, lse = op(q, *prefix, scale=scale)
+        c = rows_to_shift(lse, l2)  # a large prefix beside a small square
+        if c is not None:
+            out, lse = op(q, *prefix, attn_mask=shifted(c, causal_off), scale=scale)
+    else:
+        out, lse = op(q, *prefix, attn_mask=shifted(c, causal_off), scale=scale)
+    if c is not None:  # the square again, relative to the shift (module docstring)
+        o2, l2 = op(q, *square, is_causal=True, attn_mask=shifted(c, L), scale=scale)
+    for r0 in range(0, L, _MERGE_ROWS):  # merged relative to the shift, which is added back last
         r = slice(r0, min(r0 + _MERGE_ROWS, L))
         merge_into(out[:, :, r], lse[:, :, r], o2[:, :, r], l2[:, :, r])
-    return out, lse
+    return out, (lse if c is None else lse + c.squeeze(-1))

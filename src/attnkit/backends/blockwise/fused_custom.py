@@ -69,7 +69,7 @@ from ...core.indices import index_grid
 from ...core.masks import values_readable
 from ...core.tiles import EMPTY, FULL, TileGrid
 from .fused_gate import forward_op
-from .fused_merge import empty_rows_to_neginf
+from .fused_merge import SHIFT_ABOVE, empty_rows_to_neginf
 from .fused_relative import _eligible, run_bias_route
 from .fused_tiles import BLOCK
 from .route_cache import mask_key
@@ -79,7 +79,6 @@ __all__ = ["CustomRoute", "custom_route_of", "custom_forward", "run_custom", "ch
 
 PATH_NAME = "fused kernel per query block, custom bias evaluated per key chunk as its float mask"
 CHUNK_ELEMS = 1 << 20  # bias elements per kernel call (4 MiB in float32)
-SHIFT_ABOVE = 16.0  # rows whose lse exceeds this in magnitude are merged relative to a shift (see _block)
 _NEG_INF = float("-inf")
 
 
@@ -192,10 +191,16 @@ def _block(op, q, k, v, scale, chunks, bias_of, buf, work):
 
     The chunks are merged by log-sum-exp, and a float32 lse of a large logit (|lse| ~ 1000) is off by
     ulp(1000) ~ 6e-5, an error every weight of the merge would inherit (the reference's weights are
-    exact to eps times the scores' size). So a row whose first lse exceeds :data:`SHIFT_ABOVE` in
-    magnitude gets a shift ``c``: that lse, subtracted from its bias in every chunk (its first chunk
-    recomputed), so the kernel's lse is relative to ``c`` and exact to a few ulps of itself; the
-    shift need not be exact, the kernel subtracts its own row max."""
+    exact to eps times the scores' size). So each row is merged relative to a shift ``c``,
+    subtracted from its bias in every chunk: the kernel's lse is then relative to ``c`` and exact to
+    a few ulps of itself. A row's shift moves (:func:`_moved_shifts`) when a chunk's lse relative to
+    it exceeds :data:`SHIFT_ABOVE`: on its first finite lse of that size, and whenever a later chunk
+    outweighs the rows' merged part by that much (its weight is then near 1 and its lse must be
+    exact; fuzz with 5-key chunks: a stale first shift left lse of 264 for the third chunk and the
+    output 3.7x its tolerance). The chunk is recomputed with the moved shift and the merged lse
+    re-expressed relative to it. A chunk far below the merged part needs no move: its lse's rounding
+    reaches the output only through its tiny weight. The shift need not be exact, the kernel
+    subtracts its own row max."""
     B, H, l = q.shape[0], q.shape[1], q.shape[2]
     c = torch.zeros(B, H, l, 1, dtype=buf.dtype, device=q.device)
     known, shifted = torch.zeros(B, H, l, 1, dtype=torch.bool, device=q.device), False
@@ -206,16 +211,15 @@ def _block(op, q, k, v, scale, chunks, bias_of, buf, work):
         attn = _mask_of(r, c, seg, buf, shifted, l, k1 - k0)
         o, l2 = op(q, kt, vt, attn_mask=attn, scale=scale)
         _fix_empty_rows(o, l2, attn)
-        new = (~known & torch.isfinite(l2).unsqueeze(-1)) if not bool(known.all()) else None
-        if new is not None and bool(new.any()):
-            known |= new
-            big = new & (l2.unsqueeze(-1).abs() > SHIFT_ABOVE)
-            if bool(big.any()):  # recompute this chunk with the new rows' shifts
-                c = torch.where(big, l2.unsqueeze(-1).to(c.dtype), c)
-                shifted = True
-                attn = _mask_of(r, c, seg, buf, shifted, l, k1 - k0)
-                o, l2 = op(q, kt, vt, attn_mask=attn, scale=scale)
-                _fix_empty_rows(o, l2, attn)
+        moved = _moved_shifts(c, l2, known)
+        known |= torch.isfinite(l2).unsqueeze(-1)
+        if moved is not None:  # recompute this chunk relative to the moved shifts
+            if acc_lse is not None:  # the merged part, relative to the new shifts (exact: float64 difference)
+                acc_lse.add_((c.double() - moved.double()).squeeze(-1).to(acc_lse.dtype))
+            c, shifted = moved, True
+            attn = _mask_of(r, c, seg, buf, shifted, l, k1 - k0)
+            o, l2 = op(q, kt, vt, attn_mask=attn, scale=scale)
+            _fix_empty_rows(o, l2, attn)
         if acc is None:
             acc, acc_lse = (o if o.dtype == work else o.to(work)), l2
         else:
@@ -223,6 +227,20 @@ def _block(op, q, k, v, scale, chunks, bias_of, buf, work):
     if acc is None:
         return None, None
     return acc, (acc_lse + c.squeeze(-1).to(acc_lse.dtype)) if shifted else acc_lse
+
+
+def _moved_shifts(c, l2, known):
+    """The row shifts (B, H, l, 1) after a chunk whose lse relative to ``c`` is ``l2`` (B, H, l), or
+    None when none moves: a row seen for the first time (``known`` False) moves by its lse when that
+    exceeds :data:`SHIFT_ABOVE` in magnitude, a known row when its lse exceeds it (the chunk then
+    outweighs the row's merged part, kept within a few units of ``c``, by about e^16 or more)."""
+    l2 = l2.unsqueeze(-1)
+    first = ~known & (l2.abs() > SHIFT_ABOVE)
+    later = known & (l2 > SHIFT_ABOVE)
+    move = (first | later) & torch.isfinite(l2)
+    if not bool(move.any()):
+        return None
+    return torch.where(move, c + l2.to(c.dtype), c)
 
 
 def _merge_in_place(acc, acc_lse, o, l2) -> None:
