@@ -12,7 +12,9 @@ flash-attention's rule, 2× the float32 reference's own error plus a few ulps, w
 that grows with the logits (``tests/fuzz/_fuzz_judge.py``). The JSON holds counts per
 backend × dtype × mask × bias (passed / declined / failed), failure classes (backend | dtype | what
 broke | hostile, poisoned, layouts), each failure's params (its repro: ``run_case(params)``), and a
-summary. The file is rewritten every ``--chunk`` cases;
+summary. ``--values grid`` runs the same cases with q and k on a grid of halves (exact dot
+scores: the float32 reference's error shrinks to what follows the scores). The file is rewritten
+every ``--chunk`` cases;
 rerunning with the same ``--out`` and ``--seed`` resumes where it stopped.
 
 Shape legend: q (B, H, L, E), k/v (B, Hkv, S, E/Ev).
@@ -49,6 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--chunk", type=int, default=250, help="write the JSON every this many cases")
     ap.add_argument("--fresh", action="store_true", help="ignore an existing --out instead of resuming")
     ap.add_argument("--bias-kind", default=None, help="of the --cases drawn, run only those with a bias part of this kind (custom, tensor, ...)")
+    ap.add_argument("--values", choices=["drawn", "grid"], default="drawn",
+                    help="grid: q and k rounded to halves of integers, so dot scores are exact and the float32 "
+                         "reference's error is small beside a backend's systematic one (tests/fuzz/_fuzz_cases._values)")
     ap.add_argument("--custom-route-block", type=int, default=0,
                     help="blockwise's per-chunk bias route (attnkit.backends.blockwise.fused_custom) in blocks of this many "
                          "queries and keys, so small cases span several blocks and lse merges, with the cases' own tile "
@@ -66,6 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     params = [draw_case(rng, i, args.budget) for i in range(args.cases)]  # drawn in order, so a resume sees the same cases
     if args.bias_kind:  # the drawn cases with such a bias part, in the same order
         params = [p for p in params if any(part["kind"] == args.bias_kind for part in p["bias"])]
+    if args.values != "drawn":  # the same cases with other values (the draw's order is untouched)
+        params = [dict(p, values=args.values) for p in params]
     names = backends()
     start, t0 = state["cases_run"], time.perf_counter()
     try:
@@ -75,8 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:  # pragma: no cover - tqdm ships with the test environment
         bar = None
     route_calls = _small_custom_route(args.custom_route_block) if args.custom_route_block > 0 else None
-    if args.bias_kind or route_calls is not None:  # what selected and changed the cases
-        state.update(bias_kind=args.bias_kind, custom_route_block=args.custom_route_block)
+    if args.bias_kind or route_calls is not None or args.values != "drawn":  # what selected and changed the cases
+        state.update(bias_kind=args.bias_kind, custom_route_block=args.custom_route_block, values=args.values)
     for i in range(start, len(params)):
         p = params[i]
         if route_calls is not None:

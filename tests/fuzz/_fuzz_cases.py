@@ -213,8 +213,8 @@ def build(p: dict) -> Built:
     def randn(*shape, std=1.0):
         return torch.randn(*shape, generator=g) * std
 
-    q = (randn(B, H, L, E, std=p["std"])).to(dt)
-    k = (randn(B, Hkv, S, E, std=p["std"])).to(dt)
+    q = _values(randn(B, H, L, E, std=p["std"]), p).to(dt)
+    k = _values(randn(B, Hkv, S, E, std=p["std"]), p).to(dt)
     v = randn(B, Hkv, S, Ev, std=3.0).to(dt)
     d_out = randn(B, H, L, Ev).to(dt)
     lay = p.get("layout") or {}
@@ -240,6 +240,19 @@ def build(p: dict) -> Built:
     if p.get("poison"):
         built.poisoned = poison(built, p["poison"], ok, g)
     return built
+
+
+def _values(x: torch.Tensor, p: dict) -> torch.Tensor:
+    """q or k as drawn, or with ``p["values"] == "grid"`` rounded to halves of integers (|x| <= 32):
+    every product is a multiple of 1/4 and every dot over E <= 64 sums exactly in any order, even in
+    bfloat16 inputs' float32 scores, so the float32 reference's only rounding is after the scores
+    (scale, bias, softmax) and an error a backend adds in the same order as the scores' size (an lse
+    rounded to an ulp of itself, a merge) stands out against it (``fuzz_attention.py --values grid``).
+    Cosine scores keep the drawn values: the grid makes whole rows 0, where a normalised vector's
+    gradient is 1/eps, a degenerate input that says nothing of a backend."""
+    if p.get("values") != "grid" or p["score"] == "cosine":
+        return x
+    return (x * 2).round().clamp(-64, 64) / 2
 
 
 def _build_score(kind, E, H, randn, scores):

@@ -218,6 +218,23 @@ def test_oracle_fma_order_rounds_once_per_step():
     assert bool(((got.double() - exact).abs() <= bound).all())
 
 
+def test_grid_values_make_dot_scores_exact():
+    """``--values grid``: q and k on halves of integers, so float32 dot scores equal float64 ones
+    exactly; cosine cases keep their drawn values; the drawn cases are otherwise the same."""
+    from _fuzz_cases import build
+
+    base = {**draw_case(random.Random(5), 0, "small"), "dtype": "float32", "score": "scaled_dot", "E": 16, "Ev": 16,
+            "std": 10.0, "L": 9, "S": 17, "poison": None}
+    b = build({**base, "values": "grid"})
+    assert bool(((b.q * 2) == (b.q * 2).round()).all()) and float(b.q.abs().max()) <= 32
+    s32 = torch.einsum("bhle,bhse->bhls", b.q, b.k.repeat_interleave(b.q.shape[1] // b.k.shape[1], 1))
+    s64 = torch.einsum("bhle,bhse->bhls", b.q.double(), b.k.double().repeat_interleave(b.q.shape[1] // b.k.shape[1], 1))
+    assert torch.equal(s32.double(), s64)
+    assert torch.equal(build(base).v, b.v)  # only q and k change
+    cos = {**base, "score": "cosine", "values": "grid"}
+    assert torch.equal(build(cos).q, build({**cos, "values": "drawn"}).q)
+
+
 def test_oracle_alibi_slopes_are_the_papers():
     # Press et al. 2022: 8 heads -> 1/2, 1/4, ..., 1/256; 6 heads -> 4 of the 4-head sequence, then
     # every other slope of the 8-head one
