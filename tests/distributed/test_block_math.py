@@ -113,4 +113,4 @@ def test_row_chunks_cover_the_rows_within_the_budget():
 def test_low_precision_inputs_accumulate_in_float32():
     q, k, v, _ = (t.to(torch.bfloat16) for t in _inputs())
     out, lse = block_forward(group_queries(q, 2), k, v, scale=0.3)
-    assert out.dtype == torch.float32 and lse.dtype == torch.float32
+    assert out.dtype == torch.float32 and lse.dtype == torch.float64  # the row lse is never rounded to float32

@@ -75,6 +75,24 @@ def accum_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.promote_types(dtype, torch.float32)
 
 
+def lse_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The row lse's dtype: float64 always. A float32 lse is rounded to an ulp of itself (2e-6 at
+    |lse| ~ 30), an error every weight the merges and the backward's exp(S - lse) rebuild from it
+    inherits, one per row, where the reference's weights are off by eps times the scores' size:
+    the ring's dv came out 6x the float32 reference's own error at logits of std 8. The lse is one
+    value per row; the scores stay in the accumulation dtype (:func:`minus_lse`)."""
+    return torch.float64
+
+
+def minus_lse(s: torch.Tensor, lse: torch.Tensor) -> torch.Tensor:
+    """In place ``s - lse`` for scores s (..., Lk) and a float64 lse (...): the lse split into its
+    rounding to s's dtype and the remainder, subtracted in turn, so where a weight matters (s near
+    the lse) ``s - hi`` is exact and the remainder moves it by its own tiny size. -inf rows: 0."""
+    hi = online_softmax.guard(lse).to(s.dtype)
+    lo = torch.where(torch.isfinite(lse), lse - hi.to(lse.dtype), 0.0).to(s.dtype)
+    return s.sub_(hi.unsqueeze(-1)).sub_(lo.unsqueeze(-1))
+
+
 def group_queries(q: torch.Tensor, num_kv_heads: int) -> torch.Tensor:
     """(B, H, L, E) -> (B, Hkv, G, L, E), query head h = kv_head * G + g (as in SDPA's enable_gqa)."""
     B, H, L, E = q.shape
@@ -131,8 +149,8 @@ def _block_forward_dense(
     """Partial attention of a query block over one key/value block.
 
     q (B, Hkv, G, Lq, E), k (B, Hkv, Lk, E), v (B, Hkv, Lk, Ev), ``allowed`` (Lq, Lk) or None.
-    Returns ``(out, lse)``: out (B, Hkv, G, Lq, Ev) and lse (B, Hkv, G, Lq), in the accumulation
-    dtype; fully masked rows give out = 0 and lse = -inf.
+    Returns ``(out, lse)``: out (B, Hkv, G, Lq, Ev) in the accumulation dtype and lse (B, Hkv, G,
+    Lq) in :func:`lse_dtype`; fully masked rows give out = 0 and lse = -inf.
     """
     acc = accum_dtype(q.dtype)
     q, k, v = q.to(acc), k.to(acc), v.to(acc)
@@ -140,8 +158,9 @@ def _block_forward_dense(
     # one online-softmax step from an empty row; p: unnormalised probabilities, in place of the scores
     m0 = torch.full(s.shape[:-1] + (1,), _NEG_INF, dtype=s.dtype, device=s.device)
     m, _, p, _ = online_softmax.step(m0, s, inplace=True)  # m (B, Hkv, G, Lq, 1)
-    safe_sum, lse = online_softmax.finish(m, p.sum(dim=-1, keepdim=True))  # 0-sum rows divide by 1
-    out = torch.matmul(p, v.unsqueeze(2)) / safe_sum
+    ell = p.sum(dim=-1, keepdim=True)
+    out = torch.matmul(p, v.unsqueeze(2)) / torch.where(ell != 0, ell, 1.0)  # 0-sum rows divide by 1
+    _, lse = online_softmax.finish(m.to(lse_dtype(acc)), ell.to(lse_dtype(acc)))  # m + log(ell), unrounded
     return out, lse.squeeze(-1)
 
 
@@ -152,7 +171,8 @@ def merge_partials(
 
     out/out_b (..., Lq, Ev), lse/lse_b (..., Lq). Rows where both lse are -inf stay (0, -inf).
     """
-    return online_softmax.merge(out, lse, out_b, lse_b)
+    merged, total = online_softmax.merge(out, lse, out_b, lse_b)  # the weights in the lse's dtype
+    return merged.to(out.dtype), total
 
 
 def block_backward(
@@ -205,7 +225,7 @@ def _block_backward_dense(
     acc = accum_dtype(q.dtype)
     q, k, v, d_out = q.to(acc), k.to(acc), v.to(acc), d_out.to(acc)
     q_scaled = q * scale
-    p = _scores(q_scaled, k, allowed, bias).sub_(online_softmax.guard(lse).unsqueeze(-1)).exp_()  # (B, Hkv, G, Lq, Lk); 0 where masked
+    p = minus_lse(_scores(q_scaled, k, allowed, bias), lse).exp_()  # (B, Hkv, G, Lq, Lk); 0 where masked
     dv = torch.matmul(p.transpose(-1, -2), d_out).sum(dim=2)  # (B, Hkv, Lk, Ev)
     dp = torch.matmul(d_out, v.unsqueeze(2).transpose(-1, -2))  # (B, Hkv, G, Lq, Lk)
     ds = dp.sub_(delta.unsqueeze(-1)).mul_(p)  # P ∘ (dP - D), in place of dP
