@@ -214,7 +214,7 @@ def _block(op, q, k, v, scale, chunks, bias_of, buf, work):
         moved = _moved_shifts(c, l2, known)
         known |= torch.isfinite(l2).unsqueeze(-1)
         if moved is not None:  # recompute this chunk relative to the moved shifts
-            if acc_lse is not None:  # the merged part, relative to the new shifts (exact: float64 difference)
+            if acc_lse is not None:  # the merged part, relative to the new shifts (c - moved exact in float64)
                 acc_lse.add_((c.double() - moved.double()).squeeze(-1).to(acc_lse.dtype))
             c, shifted = moved, True
             attn = _mask_of(r, c, seg, buf, shifted, l, k1 - k0)
