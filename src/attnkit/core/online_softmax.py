@@ -105,8 +105,11 @@ def merge(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Merge two normalised partial results over disjoint keys by log-sum-exp.
 
-    o1, o2 (..., Ev); lse1, lse2 (...) natural log. Rows where both lse are -inf stay (0, -inf)."""
+    o1, o2 (..., Ev); lse1, lse2 (...) natural log. Rows where both lse are -inf stay (0, -inf).
+    The weights are formed in the lse's dtype (float64 for a float32 ring: distributed.block) and
+    applied in the outputs', so no output-sized temporary is wider than the outputs."""
     m = guard(torch.maximum(lse1, lse2))
     w1, w2 = torch.exp(lse1 - m), torch.exp(lse2 - m)  # 0 for an empty part
     safe, lse = finish(m, w1 + w2)
-    return (w1 / safe).unsqueeze(-1) * o1 + (w2 / safe).unsqueeze(-1) * o2, lse
+    a, b = (w1 / safe).to(o1.dtype), (w2 / safe).to(o2.dtype)
+    return a.unsqueeze(-1) * o1 + b.unsqueeze(-1) * o2, lse
