@@ -75,13 +75,12 @@ def accum_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.promote_types(dtype, torch.float32)
 
 
-def lse_dtype(dtype: torch.dtype) -> torch.dtype:
-    """The row lse's dtype: float64 always. A float32 lse is rounded to an ulp of itself (2e-6 at
-    |lse| ~ 30), an error every weight the merges and the backward's exp(S - lse) rebuild from it
-    inherits, one per row, where the reference's weights are off by eps times the scores' size:
-    the ring's dv came out 6x the float32 reference's own error at logits of std 8. The lse is one
-    value per row; the scores stay in the accumulation dtype (:func:`minus_lse`)."""
-    return torch.float64
+# The row lse's dtype, whatever the inputs'. A float32 lse is rounded to an ulp of itself (2e-6 at
+# |lse| ~ 30), an error every weight the merges and the backward's exp(S - lse) rebuild from it
+# inherit, one per row, where the reference's weights are off by eps times the scores' size: the
+# ring's dv came out 6x the float32 reference's own error at logits of std 8. The lse is one value
+# per row; the scores stay in the accumulation dtype (minus_lse).
+LSE_DTYPE = torch.float64
 
 
 def minus_lse(s: torch.Tensor, lse: torch.Tensor) -> torch.Tensor:
@@ -150,7 +149,7 @@ def _block_forward_dense(
 
     q (B, Hkv, G, Lq, E), k (B, Hkv, Lk, E), v (B, Hkv, Lk, Ev), ``allowed`` (Lq, Lk) or None.
     Returns ``(out, lse)``: out (B, Hkv, G, Lq, Ev) in the accumulation dtype and lse (B, Hkv, G,
-    Lq) in :func:`lse_dtype`; fully masked rows give out = 0 and lse = -inf.
+    Lq) in :data:`LSE_DTYPE`; fully masked rows give out = 0 and lse = -inf.
     """
     acc = accum_dtype(q.dtype)
     q, k, v = q.to(acc), k.to(acc), v.to(acc)
@@ -158,9 +157,9 @@ def _block_forward_dense(
     # one online-softmax step from an empty row; p: unnormalised probabilities, in place of the scores
     m0 = torch.full(s.shape[:-1] + (1,), _NEG_INF, dtype=s.dtype, device=s.device)
     m, _, p, _ = online_softmax.step(m0, s, inplace=True)  # m (B, Hkv, G, Lq, 1)
-    ell = p.sum(dim=-1, keepdim=True)
-    out = torch.matmul(p, v.unsqueeze(2)) / torch.where(ell != 0, ell, 1.0)  # 0-sum rows divide by 1
-    _, lse = online_softmax.finish(m.to(lse_dtype(acc)), ell.to(lse_dtype(acc)))  # m + log(ell), unrounded
+    # m + log(sum) in LSE_DTYPE, never rounded to float32; 0-sum rows divide by 1
+    safe_sum, lse = online_softmax.finish(m.to(LSE_DTYPE), p.sum(dim=-1, keepdim=True).to(LSE_DTYPE))
+    out = torch.matmul(p, v.unsqueeze(2)) / safe_sum.to(acc)
     return out, lse.squeeze(-1)
 
 

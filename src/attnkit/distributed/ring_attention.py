@@ -71,7 +71,7 @@ from ..core import masks as M
 from ..core.biases import ScoreModifier
 from ..core.output import AttentionOutput, Report
 from ..core.scores import as_score
-from .block import accum_dtype, block_backward, block_forward, group_queries, lse_dtype, merge_partials
+from .block import LSE_DTYPE, accum_dtype, block_backward, block_forward, group_queries, merge_partials
 from .checks import check_agreement, check_local
 from .comm import RingComm, check_timeout, resolve_group
 from .layout import LAYOUTS, chunks_per_rank, rank_chunks
@@ -141,13 +141,13 @@ def _plan(cfg: _RingConfig, src: int, local_len: int, device: torch.device) -> l
 
 def _ring_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cfg: _RingConfig) -> tuple[torch.Tensor, torch.Tensor]:
     """Returns out (B, Hkv, G, Lr, Ev) in the accumulation dtype and lse (B, Hkv, G, Lr) in float64
-    (:func:`.block.lse_dtype`)."""
+    (:data:`.block.LSE_DTYPE`)."""
     comm = RingComm(cfg.group, cfg.timeout)
     qg = group_queries(q, k.shape[1])  # (B, Hkv, G, Lr, E)
     B, Hkv, G, Lr, _ = qg.shape
     acc = accum_dtype(q.dtype)
     out = torch.zeros(B, Hkv, G, Lr, v.shape[-1], dtype=acc, device=q.device)
-    lse = torch.full((B, Hkv, G, Lr), float("-inf"), dtype=lse_dtype(acc), device=q.device)
+    lse = torch.full((B, Hkv, G, Lr), float("-inf"), dtype=LSE_DTYPE, device=q.device)
     kv = [k.contiguous(), v.contiguous()]
     for step in range(cfg.world_size):
         src = (cfg.rank - step) % cfg.world_size
