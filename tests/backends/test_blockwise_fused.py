@@ -1,4 +1,4 @@
-"""The blockwise backend's fused-kernel paths (dense, causal, banded windows) against a float64 oracle.
+"""The blockwise backend's fused-kernel paths (dense, causal, banded windows, prefix-LM, tiles) against a float64 oracle.
 
 The oracle is plain PyTorch in float64 (GQA by repeating kv heads, the mask materialized, fully
 masked rows 0 / lse -inf). The flash-attention rule: a fused float32 result may be off the oracle
@@ -30,6 +30,7 @@ MASKS = {
     # per query block, merged by lse)
     "document": "document",  # built per shape by _mask: ids cover L queries and S keys
     "prefix_lm": M.prefix_lm(60),
+    "prefix_lm_top_left": M.prefix_lm(120, align="top_left"),
     "chunked": M.chunked(70),
     "sink_and_window": M.KeyPrefixMask(9) | M.sliding_window(40, 0),
     "window_left_unbounded": M.sliding_window(None, 3),
@@ -129,7 +130,7 @@ def test_float32_within_twice_the_reference_error(mask, shape, strided):
         assert _err(a, t) <= 2 * _err(r, t) + 1e-6
 
 
-@pytest.mark.parametrize("mask", ["none", "causal", "window37", "window20_9", "document", "sink_and_window"])
+@pytest.mark.parametrize("mask", ["none", "causal", "window37", "window20_9", "document", "prefix_lm", "sink_and_window"])
 def test_bfloat16_within_twice_sdpas_own_error(mask):
     shape = (1, 4, 2, 300, 300, 64)
     q, k, v, dout = _inputs(shape, torch.bfloat16, seed=2)

@@ -2,7 +2,7 @@
 
 Checked against a float64 oracle (plain PyTorch autograd), within twice the error of that same
 plain computation in float32 (flash-attention's rule; bf16: within the plain bf16 error), for
-document masks that differ per batch row, chunks, prefix-LM, key padding with L != S, GQA, a
+document masks that differ per batch row, chunks, prefix-LM with a prefix per batch row, key padding with L != S, GQA, a
 gradient into the returned lse, and rows split into several sub-blocks; and the cases it must
 hand back to the tile loop (returns None): a NaN in a key no query sees, blocks whose span is mostly
 empty, spans too wide for a sub-block of MIN_ROWS rows.
@@ -31,7 +31,7 @@ def _docs(L):
 CASES = {  # name: (mask factory of L, L, S)
     "document_per_batch": (_docs, 700, 700),
     "chunked": (lambda L: M.chunked(200), 600, 600),
-    "prefix_lm": (lambda L: M.prefix_lm(300), 640, 640),
+    "prefix_lm_per_row": (lambda L: M.prefix_lm(torch.tensor([300, 170])), 640, 640),  # one prefix: its own route
     "padding_l_lt_s": (lambda L: M.padding_mask([600, 450], 600), 520, 600),
 }
 

@@ -104,7 +104,9 @@ def _assert_exact(mask, shape, seed=0, reason=None):
     assert max_err(out, out_t) <= 2 * max_err(out_r, out_t) + 1e-6
 
 
-@pytest.mark.parametrize("make", [lambda n: _docs(n, 128), lambda n: M.prefix_lm(128)], ids=["docs128", "prefix_lm128"])
+# a prefix per batch row: one prefix length has its own route (fused_prefix_lm), not the tiles
+@pytest.mark.parametrize("make", [lambda n: _docs(n, 128), lambda n: M.prefix_lm(torch.tensor([128, 128]))],
+                         ids=["docs128", "prefix_lm128_per_row"])
 def test_calls_on_the_finer_grid_are_exact_forward_and_backward(make):
     n = 512
     mask = make(n)

@@ -26,6 +26,7 @@ from ...core.tiles import kept_fraction
 from ..tiling import default_tiles
 from .fused_band import CHUNK_ELEMS, chunks, tuned
 from .fused_function import PATH_NAMES, FusedRoute, route_of
+from .fused_prefix_lm import split_rows
 from .fused_custom import BLOCK as CUSTOM_BLOCK, PATH_NAME as CUSTOM_PATH, chunk_keys, custom_route_of
 from .fused_relative import PATH_NAME as RELATIVE_PATH, RELATIVE_BLOCK, _eligible as _relative_eligible
 
@@ -75,7 +76,7 @@ def _fused_estimate(call: AttentionCall, route: FusedRoute) -> cost.Estimate:
     object is another key)."""
     B, H, _, L, S, E, Ev = cost.dims(call)
     mask_extent = 0 if call.mask is None else cost.extent(call.mask, B, H, 1, 1)
-    key = (route.kind, route.band, route.causal_off, id(route.segments), B, H, L, S, E, Ev, call.q.dtype,
+    key = (route.kind, route.band, route.causal_off, route.prefix, id(route.segments), B, H, L, S, E, Ev, call.q.dtype,
            mask_extent, cost.current_device())
     with _LOCK:
         hit = _ESTIMATES.get(key)
@@ -110,12 +111,13 @@ def _fused_estimate_of(call: AttentionCall, route: FusedRoute) -> cost.Estimate:
         rate = cost.rate("fused_band_flops", call.q.dtype) * min(1.0, band.b / FULL_RATE_BLOCK)
         extra = 3 * CHUNK_ELEMS * 4
     elif route.kind == "causal":
-        off = route.causal_off
-        seen = max(min(L, S - max(off, 0)), 0) if off >= 0 else max(min(L + off, S), 0)
-        # the kernel skips key tiles past the diagonal in 512-key steps: half a tile per row more
-        computed = B * H * (L * max(off, 0) + seen * seen / 2 + seen * min(seen, 256))
-        calls, rate = 1 + (off > 0), cost.rate("fused_flops", call.q.dtype)
-        extra = B * H * L * Ev * call.q.element_size() + 3 * B * H * min(L, 2048) * Ev * 4 if off > 0 else 0
+        computed, calls, extra = _causal_work(B, H, L, S, Ev, route.causal_off, call.q.element_size())
+        rate = cost.rate("fused_flops", call.q.dtype)
+    elif route.kind == "prefix_lm":  # the prefix rows unmasked, the others causal (.fused_prefix_lm)
+        r0, p = split_rows(L, S, route.causal_off, route.prefix)
+        computed, calls, extra = _causal_work(B, H, L - r0, S, Ev, route.causal_off + r0, call.q.element_size())
+        computed, calls = computed + B * H * r0 * p, calls + (r0 > 0)
+        rate = cost.rate("fused_flops", call.q.dtype)
     elif route.kind == "tiles":
         segs = route.segments
         computed, calls, rate = B * H * segs.pairs, segs.calls, cost.rate("fused_band_flops", call.q.dtype)
@@ -128,6 +130,15 @@ def _fused_estimate_of(call: AttentionCall, route: FusedRoute) -> cost.Estimate:
     if route.kind == "tiles":  # the mask evaluated on partial segments: predicate, select, additive copy
         time_s += cost.extent(call.mask, B, H, 1, 1) * partial * (cost.MASK_OPS + 2) / cost.RATES["elem_per_s"]
     return {"time_s": time_s, "bytes": float(out_bytes + extra), "path": PATH_NAMES[route.kind]}
+
+
+def _causal_work(B: int, H: int, L: int, S: int, Ev: int, off: int, itemsize: int) -> tuple[float, int, int]:
+    """(pairs computed, kernel calls, extra bytes) of a causal call with query 0 at key ``off``."""
+    seen = max(min(L, S - max(off, 0)), 0) if off >= 0 else max(min(L + off, S), 0)
+    # the kernel skips key tiles past the diagonal in 512-key steps: half a tile per row more
+    computed = B * H * (L * max(off, 0) + seen * seen / 2 + seen * min(seen, 256))
+    extra = B * H * L * Ev * itemsize + 3 * B * H * min(L, 2048) * Ev * 4 if off > 0 else 0
+    return computed, 1 + (off > 0), extra
 
 
 def _relative_applies(call: AttentionCall) -> bool:

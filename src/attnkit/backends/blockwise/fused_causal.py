@@ -18,7 +18,10 @@ bottom-right (the last query sits on the last key, as in decoding with a cache):
   prefix; the kernel adds the mask to every score, a few percent); where only the prefix's is large
   and alike the square's, the prefix and the square run again. Other calls run as before;
 * ``off < 0`` (L > S): the first ``-off`` queries see no key (out 0, lse -inf) and the rest form
-  the causal square against all S keys.
+  the causal square against all S keys;
+* ``off > 0`` with ``L + off > S`` (not from a causal mask's alignment, but from the causal rows of
+  a prefix-LM, :mod:`.fused_prefix_lm`): the rows at key position S - 1 or later see every key
+  (one unmasked call), the rows before them are the case above.
 
 The backward is :mod:`.fused_causal_grad`, from the global out and lse.
 
@@ -52,6 +55,8 @@ def dense_forward(q, k, v, scale: float, causal_off: int | None = None):
         k, v = k[:, :, : L + causal_off], v[:, :, : L + causal_off]
     if causal_off == 0:
         return op(q, k, v, is_causal=True, scale=scale)
+    if causal_off > 0 and L + causal_off > S:  # the last rows sit past the last key: they see every key
+        return _past_the_keys(q, k, v, scale, causal_off)
     if causal_off < 0:  # L > S: the first -off queries see nothing
         skip = min(-causal_off, L)
         lse_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
@@ -83,3 +88,18 @@ def dense_forward(q, k, v, scale: float, causal_off: int | None = None):
         r = slice(r0, min(r0 + _MERGE_ROWS, L))
         merge_into(out[:, :, r], lse[:, :, r], o2[:, :, r], l2[:, :, r])
     return out, (lse if c is None else lse + c.squeeze(-1))
+
+
+def _past_the_keys(q, k, v, scale: float, off: int):
+    """:func:`dense_forward` for ``off > 0`` and ``L + off > S``: rows [m, L), m = S - off (at least
+    0), see all S keys; rows [0, m) are causal, the last of them on the last key."""
+    L, S = q.shape[2], k.shape[2]
+    m = max(S - off, 0)
+    lse_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
+    out = torch.empty(*q.shape[:3], v.shape[-1], dtype=q.dtype, device=q.device)
+    lse = torch.empty(q.shape[:3], dtype=lse_dtype, device=q.device)
+    out[:, :, m:], lse[:, :, m:] = forward_op()(q[:, :, m:], k, v, scale=scale)
+    if m > 0:
+        out[:, :, :m], lse[:, :, :m] = dense_forward(q[:, :, :m], k, v, scale, off)
+    return out, lse
+

@@ -27,7 +27,7 @@ import torch
 
 from .fused_band_grad import _Buffers, _neg_shift, rows_backward
 
-__all__ = ["causal_grads", "ROW_ELEMS"]
+__all__ = ["causal_grads", "add_causal_grads", "ROW_ELEMS"]
 
 ROW_ELEMS = 1 << 20  # weights per block (4 MiB in float32), bounding the rows per block
 _MIN_ROWS, _MAX_ROWS = 16, 256
@@ -58,18 +58,29 @@ def causal_grads(dout, q, k, v, lse, dlse, off: int | None, scale: float, need):
     """(dq, dk, dv) in the inputs' dtypes (None where ``need`` is False) of a causal call with query
     0 at key position ``off`` (None: unmasked, every query sees every key), from dout (B, H, L, E)
     or None, the forward's lse (B, H, L) and dlse (B, H, L) or None."""
-    B, H, L, E = q.shape
-    Hkv, S = k.shape[1], k.shape[2]
-    g = H // Hkv
     work = torch.float64 if q.dtype == torch.float64 else torch.float32
     dout = torch.zeros(q.shape, dtype=q.dtype, device=q.device) if dout is None else dout
-    nshift = _neg_shift(lse.to(work))
     dq = torch.zeros(q.shape, dtype=work, device=q.device) if need[0] else None
     dk = torch.zeros(k.shape, dtype=work, device=k.device) if need[1] else None
     dv = torch.zeros(v.shape, dtype=work, device=v.device) if need[2] else None
+    add_causal_grads(dout, q, k, v, lse, dlse, off, scale, (dq, dk, dv))
+    return [None if t is None else t.to(x.dtype) for t, x in zip((dq, dk, dv), (q, k, v))]
+
+
+def add_causal_grads(dout, q, k, v, lse, dlse, off: int | None, scale: float, grads) -> None:
+    """The gradients of :func:`causal_grads` in the work dtype (float32; float64 for float64), into
+    ``grads`` = (dq (B, H, L, E), dk, dv (B, Hkv, S, E)), each None where not needed: dq's rows
+    are written (rows that see no key are left as they are), dk and dv are added to. dout is a tensor."""
+    B, H, L, E = q.shape
+    Hkv, S = k.shape[1], k.shape[2]
+    g = H // Hkv
+    dq, dk, dv = grads
+    need = tuple(t is not None for t in grads)
     blocks = [blk for blk in _blocks(L, S, off, g) if blk[2] > 0]
-    if not blocks:
-        return [None if t is None else t.to(x.dtype) for t, x in zip((dq, dk, dv), (q, k, v))]
+    if not blocks or not any(need):
+        return
+    work = next(t.dtype for t in grads if t is not None)
+    nshift = _neg_shift(lse.to(work))
     buf = _Buffers(work, q.device)
     for q0, q1, s in blocks:
         b = q1 - q0
@@ -89,4 +100,3 @@ def causal_grads(dout, q, k, v, lse, dlse, off: int | None, scale: float, need):
                     dk[bi, hk, :s] += gk[0]
                 if gv is not None:
                     dv[bi, hk, :s] += gv[0]
-    return [None if t is None else t.to(x.dtype) for t, x in zip((dq, dk, dv), (q, k, v))]

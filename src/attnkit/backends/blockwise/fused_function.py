@@ -10,8 +10,10 @@ loop when all of these hold, else the tile loop runs (same results within roundi
   for tiles asks for the tile loop;
 * the mask is none (*dense*: one call), causal (*causal*: :mod:`.fused_causal`, bottom-right
   alignment by a prefix call merged by log-sum-exp), a sliding window bounded on both sides
-  (*band*: :mod:`.fused_band`), or any other mask that does not depend on the head and whose tile
-  states can be read (*tiles*: :mod:`.fused_tiles`: documents, chunks, prefix-LM, padding, ...).
+  (*band*: :mod:`.fused_band`), a prefix-LM with one prefix length (*prefix_lm*:
+  :mod:`.fused_prefix_lm`, the prefix rows unmasked and the others causal), or any other mask that
+  does not depend on the head and whose tile states can be read (*tiles*: :mod:`.fused_tiles`:
+  documents, chunks, per-row prefixes, padding, ...).
 
 Half precision (bf16): the kernel keeps scores, the running max and sum and the output accumulator
 in float32, but multiplies P by V with P rounded to bf16, as SDPA does on CPU; so the fused path's
@@ -20,7 +22,7 @@ calls contribute to (overlapping windows, segments) are summed in float32.
 
 Gradients, without repeating the forward:
 
-* band, causal and dense (:mod:`.fused_band_grad`, :mod:`.fused_causal_grad`): every query block
+* band, causal, prefix-LM and dense (:mod:`.fused_band_grad`, :mod:`.fused_causal_grad`): every query block
   runs against all the keys its rows may see, so each row's weights are rebuilt from the
   backward's own score GEMM and renormalised (the forward's lse is only the shift), and the
   softmax gradient is formed with :math:`D = \mathrm{rowsum}(P \circ dP)` as autograd does, in
@@ -62,6 +64,7 @@ from .fused_causal_grad import causal_grads
 from .fused_causal import dense_forward
 from .fused_gate import available
 from .fused_grad import kernel_lse_grads
+from .fused_prefix_lm import prefix_lm_forward, prefix_lm_grads, prefix_lm_of
 from .fused_tiles import Segments, tiles_backward, tiles_forward
 from .fused_tiles_grad import span_grads
 from .route_cache import cached_segments
@@ -72,6 +75,7 @@ PATH_NAMES = {
     "dense": "fused kernel, one call",
     "causal": "fused kernel, causal (prefix + is_causal square, lse merge)",
     "band": "fused kernel, banded windows per query block",
+    "prefix_lm": "fused kernel, prefix-LM (prefix rows unmasked, the others causal)",
     "tiles": "fused kernel per query block on the mask's non-empty tiles, lse merge",
 }
 
@@ -79,7 +83,8 @@ PATH_NAMES = {
 @dataclass(frozen=True)
 class FusedRoute:
     """How one call runs on the fused kernel: ``kind`` in :data:`PATH_NAMES`, the softmax scale,
-    the mask, and the band (kind "band") or causal offset (kind "causal")."""
+    the mask, and the band (kind "band"), the causal offset (kinds "causal" and "prefix_lm") and
+    the prefix length (kind "prefix_lm")."""
 
     kind: str
     scale: float
@@ -87,10 +92,13 @@ class FusedRoute:
     band: Band | None = None
     causal_off: int | None = None
     segments: Segments | None = None
+    prefix: int | None = None
 
     def forward(self, q, k, v):
         if self.kind == "band":
             return band_forward(q, k, v, self.mask, self.band, self.scale)
+        if self.kind == "prefix_lm":
+            return prefix_lm_forward(q, k, v, self.scale, self.causal_off, self.prefix)
         if self.kind == "tiles":
             return tiles_forward(q, k, v, self.mask, self.segments, self.scale)
         return dense_forward(q, k, v, self.scale, self.causal_off)
@@ -100,6 +108,8 @@ class FusedRoute:
         dlse (B, H, L) may be None (see the module docstring for which method serves which kind)."""
         if self.kind == "band":
             return band_grads(dout, q, k, v, lse, dlse, self.mask, self.band, self.scale, need)
+        if self.kind == "prefix_lm":
+            return prefix_lm_grads(dout, q, k, v, lse, dlse, self.causal_off, self.prefix, self.scale, need)
         if self.kind != "tiles":  # dense (causal_off None) or causal
             return causal_grads(dout, q, k, v, lse, dlse, self.causal_off, self.scale, need)
         if q.dtype != torch.float64:  # complete rows per block where that serves the call (..fused_tiles_grad)
@@ -138,6 +148,8 @@ def route_of(call, block_q: int | None = None, block_kv: int | None = None) -> F
         route = FusedRoute("causal", call.scale, mask, causal_off=alignment_offset(mask.align, L, S))
     elif type(mask) is SlidingWindowMask and (band := band_of(mask, L, S)) is not None:
         route = FusedRoute("band", call.scale, mask, band=band)
+    elif (plm := prefix_lm_of(mask, L, S)) is not None:
+        route = FusedRoute("prefix_lm", call.scale, mask, causal_off=plm[0], prefix=plm[1])
     elif "h" not in mask.dims and (segs := cached_segments(mask, L, S)) is not None:  # cached per (mask, L, S)
         route = FusedRoute("tiles", call.scale, mask, segments=segs)
     else:

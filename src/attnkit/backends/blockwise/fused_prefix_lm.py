@@ -1,0 +1,102 @@
+r"""Prefix-LM masks on the fused kernel: the prefix rows in one unmasked call, the rest as a causal call.
+
+A prefix-LM mask (:func:`attnkit.masks.prefix_lm` with an int prefix ``P``) lets the query at key
+position ``p = i + off`` (``off`` from the causal part's alignment) see the keys
+``{j < P} ∪ {j <= p}``. That set is one of two simple shapes:
+
+* ``p < P`` (rows ``i < r0 = clip(P - off, 0, L)``): the keys ``[0, P)``, every one of them: an
+  unmasked call on those rows and keys;
+* ``p >= P`` (rows ``i >= r0``): the keys ``[0, p]``, since the prefix lies inside it: a causal call
+  with the first of those rows at key position ``off + r0`` (:func:`.fused_causal.dense_forward`:
+  one ``is_causal`` call, or an unmasked prefix beside an ``is_causal`` square merged by
+  log-sum-exp, with its row shift at large logits).
+
+No row needs both parts, so nothing is merged between them, and each part runs on the kernel's
+tallest tiles (one thread, n = 16k, float32: the per-block tile route, 256-query blocks, ran at
+5.4 ns per allowed pair where the kernel's causal call runs near 3.5). Rows that see no key (an
+empty prefix and ``p < 0``, only when L > S) get out 0 and lse -inf.
+
+The backward is :func:`.fused_causal_grad.add_causal_grads` on each part (weights rebuilt from the
+backward's own scores and renormalised per row), both adding into one set of float32 gradients
+(float64 for float64), cast to the inputs' dtypes once.
+
+A prefix given per batch row (a tensor) keeps the tile route (:mod:`.fused_tiles`).
+
+Shape legend: B batch, H query heads, Hkv key/value heads, L queries, S keys, E head dim (Ev = E).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ...core.indices import alignment_offset
+from ...core.mask_algebra import OrMask
+from ...core.mask_kinds import CausalMask, KeyPrefixMask
+from .fused_causal import dense_forward
+from .fused_causal_grad import add_causal_grads
+from .fused_gate import forward_op
+
+__all__ = ["prefix_lm_of", "split_rows", "prefix_lm_forward", "prefix_lm_grads"]
+
+
+def prefix_lm_of(mask, L: int, S: int) -> tuple[int, int] | None:
+    """(off, P) of a prefix-LM mask (a key prefix of int length P, or'ed with a causal mask whose
+    alignment gives off), or None for any other mask."""
+    if type(mask) is not OrMask or len(mask.parts) != 2:
+        return None
+    kinds = {type(p): p for p in mask.parts}
+    prefix, causal = kinds.get(KeyPrefixMask), kinds.get(CausalMask)
+    if prefix is None or causal is None or isinstance(prefix.prefix, torch.Tensor):
+        return None
+    return alignment_offset(causal.align, L, S), prefix.prefix
+
+
+def split_rows(L: int, S: int, off: int, P: int) -> tuple[int, int]:
+    """(r0, P'): rows [0, r0) see exactly the keys [0, P') (P' = min(P, S)); rows [r0, L) see
+    the keys [0, i + off]."""
+    return min(max(P - off, 0), L), min(P, S)
+
+
+def prefix_lm_forward(q, k, v, scale: float, off: int, P: int):
+    """(out (B, H, L, E) in q's dtype, lse (B, H, L), float32; float64 for float64)."""
+    B, H, L, _ = q.shape
+    S = k.shape[2]
+    r0, p = split_rows(L, S, off, P)
+    if r0 == 0:  # every row past the prefix: the causal call alone
+        return dense_forward(q, k, v, scale, off)
+    lse_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
+    out = torch.empty(B, H, L, v.shape[-1], dtype=q.dtype, device=q.device)
+    lse = torch.empty(B, H, L, dtype=lse_dtype, device=q.device)
+    if p == 0:  # an empty prefix and rows before the first key: they see nothing
+        out[:, :, :r0] = 0.0
+        lse[:, :, :r0] = float("-inf")
+    else:
+        o, l2 = forward_op()(q[:, :, :r0], k[:, :, :p], v[:, :, :p], scale=scale)
+        out[:, :, :r0], lse[:, :, :r0] = o, l2
+    if r0 < L:
+        o, l2 = dense_forward(q[:, :, r0:], k, v, scale, off + r0)
+        out[:, :, r0:], lse[:, :, r0:] = o, l2
+    return out, lse
+
+
+def prefix_lm_grads(dout, q, k, v, lse, dlse, off: int, P: int, scale: float, need):
+    """(dq, dk, dv) in the inputs' dtypes (None where ``need`` is False), from dout (B, H, L, E) or
+    None, the forward's lse (B, H, L) and dlse (B, H, L) or None."""
+    L, S = q.shape[2], k.shape[2]
+    r0, p = split_rows(L, S, off, P)
+    work = torch.float64 if q.dtype == torch.float64 else torch.float32
+    dout = torch.zeros(q.shape, dtype=q.dtype, device=q.device) if dout is None else dout
+    dq = torch.zeros(q.shape, dtype=work, device=q.device) if need[0] else None
+    dk = torch.zeros(k.shape, dtype=work, device=k.device) if need[1] else None
+    dv = torch.zeros(v.shape, dtype=work, device=v.device) if need[2] else None
+
+    def rows(t, a, b):
+        return None if t is None else t[:, :, a:b]
+
+    if r0 > 0 and p > 0:  # the prefix rows: unmasked against the keys [0, p)
+        add_causal_grads(dout[:, :, :r0], q[:, :, :r0], k[:, :, :p], v[:, :, :p], lse[:, :, :r0],
+                         rows(dlse, 0, r0), None, scale, (rows(dq, 0, r0), rows(dk, 0, p), rows(dv, 0, p)))
+    if r0 < L:
+        add_causal_grads(dout[:, :, r0:], q[:, :, r0:], k, v, lse[:, :, r0:], rows(dlse, r0, L), off + r0, scale,
+                         (rows(dq, r0, L), dk, dv))
+    return [None if t is None else t.to(x.dtype) for t, x in zip((dq, dk, dv), (q, k, v))]
