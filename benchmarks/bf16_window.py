@@ -31,6 +31,7 @@ B=1, H=8, E=64. The 1-minute load average is recorded before and after; the mach
 so the minima of the timed calls (the least disturbed ones) are stored next to the medians.
 
     OMP_NUM_THREADS=1 PYTHONPATH=src python benchmarks/bf16_window.py   # → benchmarks/results/bf16_window.json
+    ... --out benchmarks/results/bf16_window_amd_epyc.json            # another machine's run, kept apart
 """
 
 from __future__ import annotations
@@ -51,6 +52,9 @@ import torch.nn.functional as F
 import attnkit
 from attnkit import masks
 from attnkit.backends.blockwise import fused_band
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script: its sibling helpers
+from flex_race import cpu_flags  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 B, H, E = 1, 8, 64
@@ -236,7 +240,7 @@ def main() -> None:
     torch.set_num_threads(1)
     load_before = os.getloadavg()
     res = {"what": __doc__.split("\n")[0], "torch": torch.__version__, "threads": torch.get_num_threads(),
-           "B": B, "H": H, "E": E, "reps": a.reps, "target": TARGET, "cpu_count": os.cpu_count(),
+           "B": B, "H": H, "E": E, "reps": a.reps, "target": TARGET, "cpu_count": os.cpu_count(), "cpu": cpu_flags(),
            "load_avg_before": list(load_before)}
     if a.only in (None, "route"):
         res["route"] = route(a.n, a.window, a.reps, not a.no_untuned)

@@ -1,7 +1,8 @@
 """The banded fused path's per-dtype geometry (block size, key padding) against float64 oracles.
 
 The padding adds keys no query of a block may see, masked by the shared mask: exact for finite
-inputs, never used when k or v holds a NaN or inf. bf16 runs taller blocks; its error must stay
+inputs, never used when k or v holds a NaN or inf. bf16 runs taller blocks on CPUs with AMX (both
+geometries are checked here, whatever this CPU has); its error must stay
 within twice SDPA's own bf16 error (the same kernel on the dense mask) at realistic logit scales."""
 
 from __future__ import annotations
@@ -43,13 +44,17 @@ def band_route(q, k, v, mask):
     return route.band
 
 
-def test_geometry_per_dtype():
+def test_geometry_per_dtype(monkeypatch):
+    monkeypatch.setattr(fused_band, "PACKED_BF16", True)  # a CPU with AMX: taller bf16 blocks
     band = fused_band.band_of(M.sliding_window(255, 0), 4096, 4096)
     fp32, bf16 = fused_band.tuned(band, torch.float32), fused_band.tuned(band, torch.bfloat16)
     assert (fp32.b, fp32.w, fp32.pad) == (64, 320, 1)
     assert (bf16.b, bf16.w, bf16.pad) == (128, 384, 1)
     wide = fused_band.band_of(M.sliding_window(1023, 0), 4096, 4096)
     assert fused_band.tuned(wide, torch.bfloat16).b == 256 and fused_band.tuned(wide, torch.float32).b == 64
+    monkeypatch.setattr(fused_band, "PACKED_BF16", False)  # without AMX: bf16 takes float32's geometry
+    assert fused_band.tuned(band, torch.bfloat16) == fp32
+    assert fused_band.tuned(wide, torch.bfloat16) == fused_band.tuned(wide, torch.float32)
     assert fused_band.tuned(band, torch.float32, finite_kv=False).pad == 0
     assert fused_band.tuned(band, torch.float64) == band
     small = fused_band.band_of(M.sliding_window(37, 0), 4096, 4096)  # padding 32 + 38 keys to 128: too dear
@@ -89,12 +94,14 @@ def test_a_nan_key_no_query_sees_never_enters_a_padded_window(dtype):
     assert (res.out.double() - ref).abs().max().item() <= 2 * (clean.double() - ref).abs().max().item() + 1e-6
 
 
+@pytest.mark.parametrize("packed", [True, False], ids=["amx_geometry", "fp32_geometry"])
 @pytest.mark.parametrize("logit_std", [1.0, 5.0, 20.0])
-def test_bf16_window_within_twice_sdpas_own_bf16_error(logit_std):
+def test_bf16_window_within_twice_sdpas_own_bf16_error(monkeypatch, logit_std, packed):
+    monkeypatch.setattr(fused_band, "PACKED_BF16", packed)
     n = 1024
     mask = M.sliding_window(255, 0)
     q, k, v = inputs(n, n, torch.bfloat16, logit_std, seed=3)
-    assert fused_band.tuned(band_route(q, k, v, mask), torch.bfloat16).b == 128
+    assert fused_band.tuned(band_route(q, k, v, mask), torch.bfloat16).b == (128 if packed else 64)
     res = attnkit.attention(q, k, v, mask=mask, backend="blockwise")
     assert "fused kernel, banded" in res.report.reason and res.out.dtype == torch.bfloat16
     ref = oracle(q, k, v, mask)

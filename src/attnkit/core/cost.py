@@ -63,10 +63,11 @@ _CPU_RATES = {
     "reference_flops": {torch.float32: 110e9, torch.bfloat16: 110e9, torch.float16: 110e9, torch.float64: 40e9},
     # blockwise on PyTorch's fused CPU kernel: unmasked and causal calls are SDPA's own kernel, so its
     # rates; banded windows run (64 x (64 + window)) tiles with a shared additive mask, ~0.6x that
-    # rate in float32 and ~1.4x float32 in bf16 (benchmarks/flex_race.py, 1 thread); flops counted
-    # over the pairs the kernel computes (the band's 64 + window keys per query)
+    # rate in float32 and, with AMX, ~1.4x float32 in bf16 (benchmarks/flex_race.py, 1 thread); without
+    # AMX bf16 took 1.03x the float32 time on the same geometry (bf16_window_amd_epyc.json); flops
+    # counted over the pairs the kernel computes (the band's 64 + window keys per query)
     "fused_flops": {torch.float32: 115e9, torch.bfloat16: _SDPA_BF16, torch.float64: 40e9},
-    "fused_band_flops": {torch.float32: 70e9, torch.bfloat16: 100e9, torch.float64: 25e9},
+    "fused_band_flops": {torch.float32: 70e9, torch.bfloat16: 100e9 if cpu_has("amx") else 70e9 / 1.03, torch.float64: 25e9},
     # a relative bias (ALiBi, T5) on the fused kernel per 512-query block, its values a strided view as the
     # kernel's float mask: flops over the pairs the blocks compute, benchmarks/results/bias_and_small.json
     # (n = 8k, float32, 1 thread) ALiBi 81 / 77 and T5 96 / 97 GFLOP/s unmasked / causal, the median;

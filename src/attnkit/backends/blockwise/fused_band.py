@@ -30,11 +30,16 @@ shape (measured with one thread: benchmarks/results/bf16_window.json, bf16_windo
   the block may see (:func:`tuned`; masked by the shared mask, their weight is exactly 0) when
   those padding keys are finite, as a NaN there would reach the rows through ``NaN + -inf``
   (:func:`pad_keys_finite` sums only them, not all of k and v);
-* bf16 gains from the kernel's packed bf16 GEMMs only on taller tiles: a bf16 tile takes 0.6x
-  (256-key window) to 0.9x (1024 keys) the fp32 time at b = 64, 0.5x to 0.67x at b = 128 and
-  about 0.45x at b = 256 (kernel alone); so bf16 windows of 256 keys or more take the tallest b in {128, 256} with b <= window / 4
-  (at most a quarter more pairs), and at least 128. float32 keeps b = 64: on the route itself
-  (overlapping windows of k and v) taller fp32 blocks were not faster.
+* bf16 gains from the kernel's packed bf16 GEMMs (AMX tiles) only on taller tiles: a bf16 tile
+  takes 0.6x (256-key window) to 0.9x (1024 keys) the fp32 time at b = 64, 0.5x to 0.67x at
+  b = 128 and about 0.45x at b = 256 (kernel alone); so on a CPU with AMX (:data:`PACKED_BF16`)
+  bf16 windows of 256 keys or more take the tallest b in {128, 256} with b <= window / 4 (at most
+  a quarter more pairs), and at least 128. Without AMX (an AMD EPYC with AVX-512 bf16 dot
+  products) the kernel's bf16 tiles are no faster than its fp32 ones, and the taller blocks only
+  add pairs: 53.1 ms against 49.1 on b = 64 (window 256, n = 4096,
+  benchmarks/results/bf16_window_amd_epyc_amx_geometry.json), so bf16 keeps the fp32 geometry
+  there (then 44.5 ms against float32's 43.1: bf16_window_amd_epyc.json). float32 keeps b = 64:
+  on the route itself (overlapping windows of k and v) taller fp32 blocks were not faster.
 
 The backward is :mod:`.fused_band_grad` (PyTorch's private backward op is not used: fed the
 global lse, its float32 weights miss a row sum of 1 by enough to show in dv).
@@ -51,6 +56,7 @@ from dataclasses import dataclass
 import torch
 
 from ...core import fresh_memory
+from ...core.cost import cpu_has
 from ...core.indices import alignment_offset
 from .fused_gate import forward_op
 from .fused_merge import empty_rows_to_neginf
@@ -122,18 +128,20 @@ def finite(*ts: torch.Tensor) -> bool:
 
 
 KEY_ALIGN = 64  # interior windows are padded to a multiple of this many keys when that is cheap
+PACKED_BF16 = cpu_has("amx")  # the kernel's bf16 tiles run on AMX: taller bf16 blocks pay (module docstring)
 
 
 def tuned(band: Band, dtype: torch.dtype, finite_kv: bool = True) -> Band:
     """The band's block size and padding for float32 and bf16 (see the module docstring; other
     dtypes keep ``band``, their rates were not measured). bf16 windows of 256 keys or more take the
-    tallest block b in {128, 256} with b <= window / 4, at least 128; with finite k and v
+    tallest block b in {128, 256} with b <= window / 4, at least 128, on a CPU with AMX
+    (:data:`PACKED_BF16`; elsewhere the float32 geometry); with finite k and v
     (``finite_kv``), each interior window is padded to a multiple of :data:`KEY_ALIGN` keys when
     that adds at most an eighth of it."""
     if dtype not in (torch.float32, torch.bfloat16):
         return band
     b, window = band.b, band.left + band.right + 1
-    if dtype == torch.bfloat16 and window >= 256:
+    if dtype == torch.bfloat16 and window >= 256 and PACKED_BF16:
         b = 256 if 256 <= window // 4 else 128
         b = min(b, band.L)
     pad = 0
