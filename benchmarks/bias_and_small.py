@@ -41,8 +41,8 @@ sees; the peaks then read what malloc kept, not what the call needed), saved apa
 ``bias_and_small_default_malloc.json``.
 
 Run:  PYTHONPATH=src python benchmarks/bias_and_small.py [--quick] [--part bias8k|small]
-      [--only PATTERN] [--before-src /tmp/pb_before/src] [--reps 3] [--malloc default]
-Saves benchmarks/results/bias_and_small.json (``_quick`` with ``--quick``) after every row; a run keeps
+      [--only PATTERN] [--before-src /tmp/pb_before/src] [--reps 3] [--malloc default] [--tag NAME]
+Saves benchmarks/results/bias_and_small.json (``_quick`` with ``--quick``, ``_TAG`` with ``--tag``: another machine's run) after every row; a run keeps
 the rows of the other part. Each row records the 1-minute load average; the file records the CPU's flags.
 """
 
@@ -51,6 +51,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -255,6 +256,7 @@ def main() -> None:
     ap.add_argument("--malloc", choices=("mmap64k", "default"), default="mmap64k",
                     help="bias rows' allocator: mmap64k (MALLOC_MMAP_THRESHOLD_=65536, for the peak readings) or "
                          "glibc's default (time as users see it; saved apart, to bias_and_small_default_malloc.json)")
+    ap.add_argument("--tag", default=None, help="save to bias_and_small_TAG.json (another machine's run)")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--small-runs", type=int, default=300)
     ap.add_argument("--worker", nargs=4, metavar=("BIAS", "MASK", "IMPL", "N"), help=argparse.SUPPRESS)
@@ -278,6 +280,10 @@ def main() -> None:
             ap.error("--malloc default is for --part bias8k (the small rows always run with glibc's default)")
         env = {k: v for k, v in env.items() if not k.startswith("MALLOC_")}
         name += "_default_malloc"
+    if args.tag is not None:
+        if not re.fullmatch(r"[a-z0-9_]+", args.tag):
+            ap.error(f"--tag must be lower-case letters, digits and '_' (it names a file), got {args.tag!r}")
+        name += f"_{args.tag}"
     src = str(Path(__file__).resolve().parents[1] / "src")
     path = RESULTS / f"{name}.json"
     old = json.loads(path.read_text()) if path.exists() else {}

@@ -9,7 +9,7 @@ fp32, B=1, H=8, E=64, L = S = n; one warm-up pair, then the median of ``--reps``
 the largest difference between the two outputs and the 1-minute load average.
 
 Run:  PYTHONPATH=src python benchmarks/causal_interleaved.py [--n 4096 8192] [--reps 9]
-Saves benchmarks/results/causal_interleaved.json.
+Saves benchmarks/results/causal_interleaved.json (``--out FILE``: another machine's run, kept apart).
 """
 
 from __future__ import annotations
@@ -63,6 +63,8 @@ def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--n", type=int, nargs="+", default=[4096, 8192])
     p.add_argument("--reps", type=int, default=9)
+    p.add_argument("--out", type=Path, default=RESULTS / "causal_interleaved.json",
+                   help="where to save (another machine's run: its own file)")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     rows = []
@@ -73,8 +75,8 @@ def main(argv: list[str] | None = None) -> dict:
               f"(load {r['loadavg_1min']:.2f}; {r['path']})")
     out = {"what": __doc__.splitlines()[0], "torch": torch.__version__, "threads": 1, "B": B, "H": H, "E": E,
            "cpu": cpu_flags(), "rows": rows}
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "causal_interleaved.json").write_text(json.dumps(out, indent=1), encoding="utf-8")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(out, indent=1), encoding="utf-8")
     return out
 
 

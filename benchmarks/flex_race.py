@@ -17,7 +17,10 @@ Implementations (what is compared in the same run, on the same inputs):
 * ``blockwise_tiles`` — the same backend with the fused kernel switched off (its Python tile loop);
 * ``flex`` — ``torch.compile(flex_attention)`` with ``create_block_mask`` (CPU: forward only);
 * ``sdpa_mask`` — SDPA with the dense bool mask; ``sdpa_causal`` — SDPA ``is_causal`` (top-left:
-  for L < S a timing yardstick only, its mask is not attnkit's bottom-right one).
+  for L < S a timing yardstick only, its mask is not attnkit's bottom-right one);
+* ``blockwise_before`` — backend ``blockwise`` on the code under ``--before-src`` (a checkout of an
+  earlier commit, e.g. the one the performance goals were set against); its rows are skipped
+  without that option, and the other rows of the case get ``speedup_vs_blockwise_before``.
 
 Ratios are against the named baseline of each case from the same run. The goal of the fused
 route's forward + backward (:data:`GOALS`: window 256, n = 16k, fp32) is checked against its row,
@@ -26,6 +29,8 @@ printed at the end and saved under ``"goals"``. The CPU's flags
 
 Run:  PYTHONPATH=src python benchmarks/flex_race.py [--quick] [--reps 5] [--only CASE] [--rows PATTERNS] [--redo]
       [--runs K]   (K fresh processes per row; the goal's row is measured with --runs 5)
+      [--before-src /tmp/before/src]   (rows ``blockwise_before``: that code's src/)
+      [--tag NAME]   (another machine's run: saved to flex_race_NAME.json, the committed file left alone)
 Saves benchmarks/results/flex_race.json (flex_race_quick.json with --quick) after every row; a run
 resumes: rows the file already holds are skipped unless ``--redo`` (with ``--rows`` to pick them).
 Each row records the 1-minute load average when it finished, the allowed pairs per head and the
@@ -53,13 +58,14 @@ RESULTS = Path(__file__).resolve().parent / "results"
 # case: (mask kind, L, S, dtype, mode, implementations, baseline for ratios)
 CASES = {
     "window256_16k_fp32_fwd": ("window", 16384, 16384, "float32", "fwd",
-                               ["attnkit_auto", "blockwise_fused", "blockwise_tiles", "flex", "sdpa_mask"], "flex"),
+                               ["attnkit_auto", "blockwise_fused", "blockwise_tiles", "blockwise_before", "flex", "sdpa_mask"],
+                               "flex"),
     "window256_4k_fp32_fwd": ("window", 4096, 4096, "float32", "fwd",
                               ["blockwise_fused", "blockwise_tiles", "flex", "sdpa_mask"], "sdpa_mask"),
     "window256_4k_bf16_fwd": ("window", 4096, 4096, "bfloat16", "fwd",
                               ["blockwise_fused", "blockwise_tiles", "flex", "sdpa_mask"], "sdpa_mask"),
     "window256_16k_fp32_fwdbwd": ("window", 16384, 16384, "float32", "fwdbwd",
-                                  ["blockwise_fused", "blockwise_tiles"], "blockwise_tiles"),
+                                  ["blockwise_fused", "blockwise_tiles", "blockwise_before"], "blockwise_tiles"),
     # forward + backward against SDPA's fused CPU kernel with the dense mask (too slow at 16k)
     "window256_4k_fp32_fwdbwd": ("window", 4096, 4096, "float32", "fwdbwd",
                                  ["blockwise_fused", "blockwise_tiles", "sdpa_mask"], "sdpa_mask"),
@@ -79,7 +85,7 @@ CASES = {
 # the performance goal of the fused route's forward + backward, checked against the measured row
 GOALS = {"window256_16k_fp32_fwdbwd:blockwise_fused": {"median_ms": 450.0, "peak_above_inputs_mib": 150.0}}
 DOCS, CHUNK, PREFIX = 16, 1024, 1024  # document: 16 equal documents; chunked causal chunks; prefix-LM prefix
-SLOW_REPS = {"sdpa_mask": 2, "blockwise_tiles": 2}  # at n >= 16k: dense-mask and Python baselines, medians of fewer calls
+SLOW_REPS = {"sdpa_mask": 2, "blockwise_tiles": 2, "blockwise_before": 2}  # at n >= 16k: dense-mask and Python baselines, medians of fewer calls
 QUICK_N = 512
 WINDOW = 256
 B, H, E = 1, 8, 64
@@ -103,13 +109,15 @@ def _make(kind, L, S, dtype, impl):
     import torch
 
     import attnkit
-    from attnkit import masks as M
-    from attnkit.backends.blockwise import fused_gate
 
     mask = _mask(kind, L, S)
     if impl == "attnkit_auto":
         return (lambda q, k, v: attnkit.attention(q, k, v, mask=mask)), "auto"
+    if impl == "blockwise_before":  # the earlier code (on PYTHONPATH): no fused-route switch to set
+        return (lambda q, k, v: attnkit.attention(q, k, v, mask=mask, backend="blockwise")), "blockwise"
     if impl in ("blockwise_fused", "blockwise_tiles"):
+        from attnkit.backends.blockwise import fused_gate
+
         fused_gate.set_enabled(impl == "blockwise_fused")
         return (lambda q, k, v: attnkit.attention(q, k, v, mask=mask, backend="blockwise")), "blockwise"
     if impl == "sdpa_mask":
@@ -273,6 +281,8 @@ def main() -> None:
     ap.add_argument("--redo", action="store_true", help="re-measure rows the saved JSON already holds (default: resume)")
     ap.add_argument("--runs", type=int, default=1,
                     help="fresh processes per row; above 1 a row's median_ms is the median of the runs' medians")
+    ap.add_argument("--before-src", default=None, help="src/ of earlier code, for the blockwise_before rows")
+    ap.add_argument("--tag", default=None, help="save to flex_race_TAG.json (another machine's run)")
     ap.add_argument("--worker", nargs=2, metavar=("CASE", "IMPL"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
@@ -284,7 +294,10 @@ def main() -> None:
     env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
     import torch
 
-    path = RESULTS / ("flex_race_quick.json" if args.quick else "flex_race.json")
+    if args.tag is not None and not re.fullmatch(r"[a-z0-9_]+", args.tag):
+        ap.error(f"--tag must be lower-case letters, digits and '_' (it names a file), got {args.tag!r}")
+    name = "flex_race" + ("_quick" if args.quick else "") + (f"_{args.tag}" if args.tag else "")
+    path = RESULTS / f"{name}.json"
     old = json.loads(path.read_text()) if path.exists() else {}
     # resume: rows the saved file holds (without an error) are kept unless they are re-run here
     rows = [r for r in old.get("rows", []) if "error" not in r and r.get("case") in CASES]
@@ -294,33 +307,41 @@ def main() -> None:
         name = f"{case}:{impl}"
         return (not args.only or args.only in case) and (not patterns or any(p in name for p in patterns))
 
+    before_src = old.get("before_src")
+    if args.before_src:  # the earlier code's path and, where it is a git checkout, its commit
+        head = subprocess.run(["git", "-C", args.before_src, "rev-parse", "HEAD"], capture_output=True, text=True)
+        before_src = {"src": args.before_src, "commit": head.stdout.strip() if head.returncode == 0 else None}
+
     def save():
         for case, (*_, base) in CASES.items():
-            base_row = next((r for r in rows if r["case"] == case and r["impl"] == base and "median_ms" in r), None)
             for r in rows:
                 if r["case"] == case and "median_ms" in r:
                     for key in [k for k in r if k.startswith("speedup_vs_")]:
                         del r[key]
-                    if base_row:
-                        r["speedup_vs_" + base] = base_row["median_ms"] / r["median_ms"]
+            for b in dict.fromkeys((base, "blockwise_before")):
+                base_row = next((r for r in rows if r["case"] == case and r["impl"] == b and "median_ms" in r), None)
+                for r in rows:
+                    if base_row and r["case"] == case and "median_ms" in r:
+                        r["speedup_vs_" + b] = base_row["median_ms"] / r["median_ms"]
         out = {"what": __doc__.splitlines()[0], "torch": torch.__version__, "threads": 1, "quick": args.quick,
                "B": B, "H": H, "E": E, "window": WINDOW, "docs": DOCS, "chunk": CHUNK, "prefix": PREFIX,
-               "cpu": cpu_flags(), "reps": args.reps, "slow_reps": SLOW_REPS,
-               "loadavg_at_save": os.getloadavg()[0], "goals": goals(rows), "rows": rows}
+               "cpu": cpu_flags(), "reps": args.reps, "slow_reps": SLOW_REPS, "before_src": before_src,
+               "loadavg_at_save": os.getloadavg()[0], "goals": {} if args.quick else goals(rows), "rows": rows}
         path.write_text(json.dumps(out, indent=1) + "\n")
 
     for case, (_, _, _, _, _, impls, base) in CASES.items():
         for impl in impls:
             done = any(r["case"] == case and r["impl"] == impl for r in rows)
-            if not wanted(case, impl) or (done and not args.redo):
+            if not wanted(case, impl) or (done and not args.redo) or (impl == "blockwise_before" and not args.before_src):
                 continue
             cmd = [sys.executable, __file__, "--worker", case, impl, "--reps", str(args.reps)] + (["--quick"] if args.quick else [])
-            row = _runs(cmd, env, args.runs, case, impl)
+            run_env = env if impl != "blockwise_before" else dict(env, PYTHONPATH=args.before_src)
+            row = _runs(cmd, run_env, args.runs, case, impl)
             rows[:] = [r for r in rows if not (r["case"] == case and r["impl"] == impl)] + [row]
             save()  # after every row: an interrupted run resumes where it stopped
             print(json.dumps({k: (round(v, 1) if isinstance(v, float) else v) for k, v in row.items() if k != "times_ms"}), flush=True)
     save()
-    for name, g in goals(rows).items():
+    for name, g in ({} if args.quick else goals(rows)).items():  # the goals are for the full sizes
         print(f"goal {name}: " + ", ".join(f"{k} {g['measured'][k]:.1f} (goal <= {g['goal'][k]:g})" for k in g["goal"])
               + f": {'met' if g['met'] else 'not met'}")
     print("saved", path)

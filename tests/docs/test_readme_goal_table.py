@@ -69,3 +69,30 @@ def test_the_table_follows_its_json(tmp_path):
     row = next(line for line in lines if "forward+backward" in line)
     assert "400 ms (median of 3 processes, 390–410), 99 MiB | yes |" in row
     assert lines != mod.table_lines()
+
+
+def test_the_readme_tables_of_the_second_cpu_are_rebuilt_from_its_json():
+    mod = _module()
+    tag = mod.SECOND_MACHINE
+    assert _readme_block(f"goal-table-{tag}") == mod.table_lines(tag=tag)
+    assert _readme_block(f"flex-table-{tag}") == mod.flex_lines(tag=tag)
+
+
+def test_a_tagged_table_lists_only_what_its_files_measure(tmp_path):
+    """Another machine's run may hold some benchmarks only: its table leaves the others out instead
+    of failing, and the forward+backward ratio line appears only beside a same-run earlier code's row."""
+    mod = _module()
+    race = json.loads((mod.RESULTS / "flex_race.json").read_text(encoding="utf-8"))
+    (tmp_path / "flex_race_x.json").write_text(json.dumps(race), encoding="utf-8")
+    lines = mod.table_lines(tmp_path, tag="x")
+    assert any(line.startswith("| window 256, n=16k: ≥ 1.8×") for line in lines)
+    assert not any("bf16" in line or "custom bias" in line or "`is_causal`" in line for line in lines)
+    assert not any("as the goal's ratio" in line for line in lines)
+    flex = mod.flex_lines(tmp_path, tag="x")
+    assert not any("custom bias" in line for line in flex) and any("prefix-LM" in line for line in flex)
+    mine = next(r for r in race["rows"] if r["case"] == "window256_16k_fp32_fwdbwd" and r["impl"] == "blockwise_fused")
+    race["rows"].append(dict(mine, impl="blockwise_before", median_ms=2 * mine["median_ms"]))
+    mine["speedup_vs_blockwise_before"] = 2.0
+    (tmp_path / "flex_race_x.json").write_text(json.dumps(race), encoding="utf-8")
+    ratio = next(line for line in mod.table_lines(tmp_path, tag="x") if "as the goal's ratio" in line)
+    assert "= 2.00× | yes |" in ratio
