@@ -100,7 +100,9 @@ def test_each_model_overfits_one_batch(name, one_thread):
     known = torch.randn(8, 6, 1)
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
     first = None
-    for _ in range(150):
+    # 250 steps: with some CPUs' rounding the transformer's seed-0 loss falls slowly (on an AMD EPYC
+    # 0.911 -> 0.139 after 150 steps, 0.055 after 200, 0.003 after 250)
+    for _ in range(250):
         loss = torch.nn.functional.mse_loss(model(past, known), target)
         first = loss.item() if first is None else first
         opt.zero_grad()
