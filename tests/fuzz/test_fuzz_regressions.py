@@ -52,6 +52,11 @@ PINNED = {
 # (seed, budget) -> indices the judge once failed on correct results, checked on every backend
 JUDGE_PINNED = {(1, "small"): [2460, 2757]}
 
+# (seed, budget) -> indices that failed for blockwise, checked on every backend: seed 5's case 5855
+# (a dense float bias, logits of std 10, GQA): the bias routes' backward took D = dO · O from the
+# fused kernel's output while rebuilding the weights itself, and dq came out at 1.5x its tolerance
+BLOCKWISE_PINNED = {(5, "full"): [5855]}
+
 
 @lru_cache(maxsize=None)
 def _drawn(seed: int, budget: str, upto: int) -> tuple:
@@ -60,7 +65,7 @@ def _drawn(seed: int, budget: str, upto: int) -> tuple:
 
 
 def _case(seed: int, budget: str, index: int) -> dict:
-    upto = max(PINNED.get((seed, budget), []) + JUDGE_PINNED.get((seed, budget), []))
+    upto = max(PINNED.get((seed, budget), []) + JUDGE_PINNED.get((seed, budget), []) + BLOCKWISE_PINNED.get((seed, budget), []))
     return _drawn(seed, budget, upto)[index]
 
 
@@ -80,6 +85,15 @@ def test_pinned_case_passes_on_sdpa_and_auto(seed, budget, index):
 @pytest.mark.parametrize("seed,budget,index", [(s, b, i) for (s, b), idx in JUDGE_PINNED.items() for i in idx],
                          ids=[f"seed{s}-{b}-{i}" for (s, b), idx in JUDGE_PINNED.items() for i in idx])
 def test_judge_pinned_case_passes_on_every_backend(seed, budget, index):
+    params = _case(seed, budget, index)
+    assert params["index"] == index
+    for name, v in run_case(params).verdicts.items():
+        assert v.status != "failed", f"{name}: {v.failure} errors {v.errors} tolerances {v.tolerances} {v.detail}"
+
+
+@pytest.mark.parametrize("seed,budget,index", [(s, b, i) for (s, b), idx in BLOCKWISE_PINNED.items() for i in idx],
+                         ids=[f"seed{s}-{b}-{i}" for (s, b), idx in BLOCKWISE_PINNED.items() for i in idx])
+def test_blockwise_pinned_case_passes_on_every_backend(seed, budget, index):
     params = _case(seed, budget, index)
     assert params["index"] == index
     for name, v in run_case(params).verdicts.items():

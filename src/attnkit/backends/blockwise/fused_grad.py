@@ -96,10 +96,10 @@ def kernel_lse_grads(q, k, v, out, lse, dout, dlse, need, mask, scale: float):
     qx, kx, vx = (t if t.dtype == w else t.to(w) for t in (q, k, v))
     m = lse.to(w) / plan.exp_scale  # the tiles' units (scores of q·kᵀ before the scale)
     with torch.no_grad():
-        if out.dtype == w:
-            ell = _row_sums(plan, qx, kx, m)
-        else:  # half inputs: D = rowsum(dO · O) from the float32 output, as the reference computes it
-            ell, out = _row_sums(plan, qx, kx, m, vx)
+        # the output recomputed beside the row sums, in the work dtype, from the weights this backward
+        # rebuilds, so that D = rowsum(dO · O) matches them: the kernel's own output differs by its
+        # rounding (and half inputs by bf16's), which D would hand to every dS
+        ell, out = _row_sums(plan, qx, kx, m, vx)
         dout = torch.zeros(out.shape, dtype=w) if dout is None else dout.to(w)
         dq, dk, dv, _ = _backward(plan, qx, kx, vx, out, m, ell, dout.contiguous(), dlse, [], need)
     return [g.to(t.dtype) if n else None for g, n, t in zip((dq, dk, dv), need, (q, k, v))]

@@ -32,8 +32,9 @@ non-finite value and inputs whose hidden rows could overflow
 the reference's). Only float32 and float64: bf16 would round the bias to 8 bits in the kernel's mask.
 
 Gradients: the tile loop's backward (:mod:`.backward`), fed the kernel's lse as the row shift and
-the row sums recomputed with that shift (:func:`.fused_grad._row_sums`, as the *tiles* route of
-:mod:`.fused_function` does), with the bias's learned tables (T5, Shaw) as inputs, so they get
+the row sums and the output recomputed with that shift (:func:`.fused_grad._row_sums`, as the
+*tiles* route of :mod:`.fused_function` does: the output for D = dO · O, which must match the
+weights the backward rebuilds), with the bias's learned tables (T5, Shaw) as inputs, so they get
 gradients; so a forward + backward gains only the forward's share.
 
 Shape legend: B batch, H query heads, Hkv key/value heads, L queries, S keys, E head dim (Ev = E);
@@ -213,7 +214,10 @@ class _RelativeFunction(torch.autograd.Function):
         m = lse / plan.exp_scale  # the tiles' units (scores of q·kᵀ before the scale)
         create_graph = torch.is_grad_enabled()
         with torch.no_grad():
-            ell = _row_sums(plan, q, k, m)
+            # the output recomputed beside the row sums, from the weights this backward rebuilds: D = dO · O
+            # then matches them (the kernel's own output differs by its rounding, which D hands to every
+            # dS; at logits of std 10 that put dq at 1.5x the float32 reference's error)
+            ell, out = _row_sums(plan, q, k, m, v if v.dtype == plan.work else v.to(plan.work))
             dout = torch.zeros_like(out) if dout is None else dout
             dq, dk, dv, dparams = _backward(plan, q, k, v, out, m, ell, dout.contiguous(), dlse, params, need)
         grads = (dq if need[0] else None, dk if need[1] else None, dv if need[2] else None,
