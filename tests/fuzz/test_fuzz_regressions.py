@@ -24,6 +24,10 @@ and case 2757 (a query seeing one key: blockwise's dq was a D-cancellation at 1.
 |dP| for the rounding scale of a dot product whose terms summed to 9x that; the floor now takes the
 terms' sizes). Under this judge every case above still fails on the code before its fix (re-checked).
 
+One case (``BLOCKWISE_PINNED``) failed for blockwise, pinned on every backend: seed 5's case 5855 of
+the full budget (dq at 1.5x: the bias routes' backward took D = dO · O from the fused kernel's output
+while rebuilding the weights itself; it fails on the code before the fix).
+
 Shape legend: q (B, H, L, E), k (B, Hkv, S, E), v (B, Hkv, S, Ev).
 """
 
@@ -82,18 +86,12 @@ def test_pinned_case_passes_on_sdpa_and_auto(seed, budget, index):
         assert v.status != "failed", f"{name}: {v.failure} errors {v.errors} tolerances {v.tolerances} {v.detail}"
 
 
-@pytest.mark.parametrize("seed,budget,index", [(s, b, i) for (s, b), idx in JUDGE_PINNED.items() for i in idx],
-                         ids=[f"seed{s}-{b}-{i}" for (s, b), idx in JUDGE_PINNED.items() for i in idx])
-def test_judge_pinned_case_passes_on_every_backend(seed, budget, index):
-    params = _case(seed, budget, index)
-    assert params["index"] == index
-    for name, v in run_case(params).verdicts.items():
-        assert v.status != "failed", f"{name}: {v.failure} errors {v.errors} tolerances {v.tolerances} {v.detail}"
+# checked on every backend: the judge's misreadings and blockwise's faults
+EVERY_BACKEND = [(s, b, i) for pinned in (JUDGE_PINNED, BLOCKWISE_PINNED) for (s, b), idx in pinned.items() for i in idx]
 
 
-@pytest.mark.parametrize("seed,budget,index", [(s, b, i) for (s, b), idx in BLOCKWISE_PINNED.items() for i in idx],
-                         ids=[f"seed{s}-{b}-{i}" for (s, b), idx in BLOCKWISE_PINNED.items() for i in idx])
-def test_blockwise_pinned_case_passes_on_every_backend(seed, budget, index):
+@pytest.mark.parametrize("seed,budget,index", EVERY_BACKEND, ids=[f"seed{s}-{b}-{i}" for s, b, i in EVERY_BACKEND])
+def test_pinned_case_passes_on_every_backend(seed, budget, index):
     params = _case(seed, budget, index)
     assert params["index"] == index
     for name, v in run_case(params).verdicts.items():
