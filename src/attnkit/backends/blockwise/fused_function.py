@@ -117,7 +117,7 @@ class FusedRoute:
             if grads is not None:
                 return grads
         if dlse is not None or q.dtype != torch.float64:  # the tile loop's backward, fed the kernel's lse
-            return kernel_lse_grads(q, k, v, out, lse, dout, dlse, need, self.mask, self.scale)
+            return kernel_lse_grads(q, k, v, lse, dout, dlse, need, self.mask, self.scale)
         grads = tiles_backward(dout.contiguous(), q, k, v, out, lse, self.mask, self.segments, self.scale)
         return [g if n else None for g, n in zip(grads, need)]
 

@@ -14,10 +14,16 @@ its row max, so here
 * the shift is the kernel's lse, :math:`m_i = \mathrm{lse}_i` (in the tiles' units). A float32 lse
   is off from the true one by up to half an ulp of :math:`|\mathrm{lse}_i|`, a relative error that
   every weight of the row would inherit in :math:`e^{s - \mathrm{lse}}`;
-* so the sum is recomputed with that very shift, :math:`\ell_i = \sum_j e^{s_{ij} - m_i}` (one pass
-  over the kept tiles: the score GEMM and the exponential, no P·V and no rescaling), and
+* so the sum is recomputed with that very shift, :math:`\ell_i = \sum_j e^{s_{ij} - m_i}`, and
   :math:`e^{s_{ij} - m_i} / \ell_i` sums to 1 exactly as the reference's :math:`e^{s - \max}/\sum`:
-  the shift's rounding cancels. Since :math:`s_{ij} \le \mathrm{lse}_i`, nothing overflows.
+  the shift's rounding cancels. Since :math:`s_{ij} \le \mathrm{lse}_i`, nothing overflows;
+* and the output is recomputed in the same pass (the score GEMM, the exponential and P·V over the
+  kept tiles, no rescaling), from those weights: the backward's :math:`D = \mathrm{rowsum}(dO \circ O)`
+  must match the weights it rebuilds. The kernel's own output differs by its rounding (and a half
+  output by bf16's), which D would hand to every dS: with a dense bias at logits of std 10, dq at
+  1.5x the float32 reference's error (fuzz seed 5, full budget, case 5855).
+
+:func:`lse_terms` gives (m, ell, out); the bias routes' backward (:mod:`.fused_relative`) uses it too.
 
 Then the tile loop's backward runs once with (m, ell): the forward is not repeated. Fully masked
 rows (lse :math:`-\infty`) get m :math:`-\infty` and ell 0, the backward's empty-row convention.
@@ -36,11 +42,12 @@ from .backward import _backward
 from .leaks import dead_filter, drop_dead
 from .plan import _INF, _Plan, _q_tile, _Tiles, _tile_mask
 
-__all__ = ["kernel_lse_grads"]
+__all__ = ["kernel_lse_grads", "lse_terms", "tile_plan"]
 
 
-def _plan(q, k, mask, scale: float) -> _Plan:
-    """The tile loop's plan of a plain dot-product call (no bias, no dropout) at its default tiles."""
+def tile_plan(q, k, mask, scale: float, bias=None) -> _Plan:
+    """The tile loop's plan of a dot-product call (no dropout; an additive ``bias`` or None) at its
+    default tiles, for a backward from the fused kernel's lse."""
     B, H, L, _ = q.shape
     Hkv, S = k.shape[1], k.shape[2]
     bq, bk = default_tiles(mask, L, S, q.dtype, q.device)
@@ -48,7 +55,7 @@ def _plan(q, k, mask, scale: float) -> _Plan:
     code_rows = tuple(tuple(row) for row in tile_map(mask, L, S, bq, bk).tolist())
     kept = [[ki for ki, c in enumerate(row) if c != EMPTY] for row in code_rows]
     work = torch.float64 if q.dtype == torch.float64 else torch.float32
-    plan = _Plan(B, H, Hkv, L, S, bq, bk, torch.tensor(code_rows, dtype=torch.int8), scale, None, None, mask,
+    plan = _Plan(B, H, Hkv, L, S, bq, bk, torch.tensor(code_rows, dtype=torch.int8), scale, None, bias, mask,
                  0.0, 0, work, scale, kept)
     plan.code_rows = code_rows
     return plan
@@ -88,18 +95,23 @@ def _row_sums(plan: _Plan, qx, kx, m, v=None):
     return ell.squeeze(-1), acc / torch.where(ell > 0, ell, 1.0)
 
 
-def kernel_lse_grads(q, k, v, out, lse, dout, dlse, need, mask, scale: float):
+def lse_terms(plan: _Plan, qx, kx, vx, lse):
+    """(m, ell, out) of the module docstring from the fused kernel's ``lse`` (B, H, L, natural
+    units): the shift m in the tiles' units, the row sums ell (B, H, L) and the output (B, H, L, Ev)
+    recomputed with it; qx, kx, vx in the plan's work dtype."""
+    m = lse.to(plan.work) / plan.exp_scale  # the tiles' units (scores of q·kᵀ before the scale)
+    ell, out = _row_sums(plan, qx, kx, m, vx)
+    return m, ell, out
+
+
+def kernel_lse_grads(q, k, v, lse, dout, dlse, need, mask, scale: float):
     """(dq, dk, dv) in the inputs' dtypes (None where ``need`` is False) of a plain dot-product call
-    with ``mask``, from the fused forward's ``out`` (B, H, L, E) and ``lse`` (B, H, L, natural units)."""
-    plan = _plan(q, k, mask, scale)
+    with ``mask``, from the fused forward's ``lse`` (B, H, L, natural units)."""
+    plan = tile_plan(q, k, mask, scale)
     w = plan.work
-    qx, kx, vx = (t if t.dtype == w else t.to(w) for t in (q, k, v))
-    m = lse.to(w) / plan.exp_scale  # the tiles' units (scores of q·kᵀ before the scale)
+    qx, kx, vx = (t.to(w) for t in (q, k, v))
     with torch.no_grad():
-        # the output recomputed beside the row sums, in the work dtype, from the weights this backward
-        # rebuilds, so that D = rowsum(dO · O) matches them: the kernel's own output differs by its
-        # rounding (and half inputs by bf16's), which D would hand to every dS
-        ell, out = _row_sums(plan, qx, kx, m, vx)
+        m, ell, out = lse_terms(plan, qx, kx, vx, lse)
         dout = torch.zeros(out.shape, dtype=w) if dout is None else dout.to(w)
         dq, dk, dv, _ = _backward(plan, qx, kx, vx, out, m, ell, dout.contiguous(), dlse, [], need)
     return [g.to(t.dtype) if n else None for g, n, t in zip((dq, dk, dv), need, (q, k, v))]

@@ -32,7 +32,7 @@ non-finite value and inputs whose hidden rows could overflow
 the reference's). Only float32 and float64: bf16 would round the bias to 8 bits in the kernel's mask.
 
 Gradients: the tile loop's backward (:mod:`.backward`), fed the kernel's lse as the row shift and
-the row sums and the output recomputed with that shift (:func:`.fused_grad._row_sums`, as the
+the row sums and the output recomputed with that shift (:func:`.fused_grad.lse_terms`, as the
 *tiles* route of :mod:`.fused_function` does: the output for D = dO · O, which must match the
 weights the backward rebuilds), with the bias's learned tables (T5, Shaw) as inputs, so they get
 gradients; so a forward + backward gains only the forward's share.
@@ -49,17 +49,14 @@ import torch
 
 from ...core.options import current as current_options
 from ...core.output import BackendResult
-from ...core.tiles import EMPTY
-from ..tiling import default_tiles, tile_map
 from ..sdpa import kernel_layout
 from ..sdpa_mask_cache import dead_keys_inert
 from .fused_gate import available, forward_op
-from .fused_grad import _row_sums
+from .fused_grad import lse_terms, tile_plan
 from .fused_merge import empty_rows_to_neginf
 from .function import _fail_when_differentiated
 from .backward import _backward
 from .params import _bias_params
-from .plan import _Plan
 
 __all__ = ["RelativeRoute", "relative_route_of", "run_relative", "PATH_NAME", "RELATIVE_BLOCK"]
 
@@ -177,20 +174,6 @@ def relative_forward(call, route: RelativeRoute, q, k, v) -> tuple[torch.Tensor,
     return out, lse
 
 
-def _tile_plan(call, q, k) -> _Plan:
-    """The tile loop's plan of the call (its default tiles), for the backward."""
-    B, H, L, _ = q.shape
-    Hkv, S = k.shape[1], k.shape[2]
-    bq, bk = default_tiles(call.mask, L, S, q.dtype, q.device)
-    bq, bk = min(bq, L), min(bk, S)
-    code_rows = tuple(tuple(row) for row in tile_map(call.mask, L, S, bq, bk).tolist())
-    kept = [[ki for ki, c in enumerate(row) if c != EMPTY] for row in code_rows]
-    plan = _Plan(B, H, Hkv, L, S, bq, bk, torch.tensor(code_rows, dtype=torch.int8), call.scale, None, call.bias,
-                 call.mask, 0.0, 0, q.dtype, call.scale, kept)
-    plan.code_rows = code_rows
-    return plan
-
-
 class _RelativeFunction(torch.autograd.Function):
     """(call, route, forward, q, k, v, *params) -> (out, lse), ``forward(call, route, q, k, v)`` the
     route's fused forward (this module's, or :mod:`.fused_custom`'s); the backward is the tile loop's."""
@@ -200,24 +183,20 @@ class _RelativeFunction(torch.autograd.Function):
         qc, kc, vc = (kernel_layout(t) for t in (q, k, v))  # strides the fused op reads right
         out, lse = forward(call, route, qc, kc, vc)
         ctx.call = call
-        ctx.save_for_backward(q, k, v, out, lse, *params)
+        ctx.save_for_backward(q, k, v, lse, *params)  # the backward recomputes out (.fused_grad.lse_terms)
         ctx.set_materialize_grads(False)
         return out, lse
 
     @staticmethod
     def backward(ctx, dout, dlse):
-        q, k, v, out, lse, *params = ctx.saved_tensors
+        q, k, v, lse, *params = ctx.saved_tensors
         need = ctx.needs_input_grad[3:6]  # after call, route, forward
         if dout is None and dlse is None:
             return (None,) * (6 + len(params))
-        plan = _tile_plan(ctx.call, q, k)
-        m = lse / plan.exp_scale  # the tiles' units (scores of q·kᵀ before the scale)
+        plan = tile_plan(q, k, ctx.call.mask, ctx.call.scale, ctx.call.bias)  # float32 or float64 inputs: their dtype
         create_graph = torch.is_grad_enabled()
         with torch.no_grad():
-            # the output recomputed beside the row sums, from the weights this backward rebuilds: D = dO · O
-            # then matches them (the kernel's own output differs by its rounding, which D hands to every
-            # dS; at logits of std 10 that put dq at 1.5x the float32 reference's error)
-            ell, out = _row_sums(plan, q, k, m, v if v.dtype == plan.work else v.to(plan.work))
+            m, ell, out = lse_terms(plan, q, k, v, lse)
             dout = torch.zeros_like(out) if dout is None else dout
             dq, dk, dv, dparams = _backward(plan, q, k, v, out, m, ell, dout.contiguous(), dlse, params, need)
         grads = (dq if need[0] else None, dk if need[1] else None, dv if need[2] else None,
