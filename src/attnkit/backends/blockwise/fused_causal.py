@@ -39,7 +39,7 @@ import torch
 from .fused_gate import forward_op
 from .fused_merge import merge_into, rows_to_shift
 
-__all__ = ["dense_forward"]
+__all__ = ["dense_forward", "join_rows"]
 
 _MERGE_ROWS = 2048  # query rows merged at a time (float32 temporaries of B·H·rows·E)
 
@@ -59,14 +59,8 @@ def dense_forward(q, k, v, scale: float, causal_off: int | None = None):
         return _past_the_keys(q, k, v, scale, causal_off)
     if causal_off < 0:  # L > S: the first -off queries see nothing
         skip = min(-causal_off, L)
-        lse_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
-        out = torch.zeros(*q.shape[:3], v.shape[-1], dtype=q.dtype, device=q.device)
-        lse = torch.full(q.shape[:3], float("-inf"), dtype=lse_dtype, device=q.device)
-        if skip < L:
-            o, l2 = op(q[:, :, skip:], k, v, is_causal=True, scale=scale)
-            out[:, :, skip:] = o
-            lse[:, :, skip:] = l2
-        return out, lse
+        rest = op(q[:, :, skip:], k, v, is_causal=True, scale=scale) if skip < L else None
+        return join_rows(q, v, skip, None, rest)
     prefix, square = (k[:, :, :causal_off], v[:, :, :causal_off]), (k[:, :, causal_off:], v[:, :, causal_off:])
 
     def shifted(c, n):  # the row shift as the kernel's float mask over n keys (no copy: stride 0)
@@ -93,13 +87,23 @@ def dense_forward(q, k, v, scale: float, causal_off: int | None = None):
 def _past_the_keys(q, k, v, scale: float, off: int):
     """:func:`dense_forward` for ``off > 0`` and ``L + off > S``: rows [m, L), m = S - off (at least
     0), see all S keys; rows [0, m) are causal, the last of them on the last key."""
-    L, S = q.shape[2], k.shape[2]
-    m = max(S - off, 0)
+    m = max(k.shape[2] - off, 0)
+    first = dense_forward(q[:, :, :m], k, v, scale, off) if m > 0 else None
+    return join_rows(q, v, m, first, forward_op()(q[:, :, m:], k, v, scale=scale))
+
+
+def join_rows(q, v, r: int, first, rest):
+    """(out (B, H, L, Ev) in q's dtype, lse (B, H, L), float32; float64 for float64) of the L query
+    rows from two row ranges: [0, r) from ``first`` and [r, L) from ``rest``, each that range's
+    (out, lse) or None where its rows see no key (out 0, lse -inf)."""
+    L = q.shape[2]
     lse_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
     out = torch.empty(*q.shape[:3], v.shape[-1], dtype=q.dtype, device=q.device)
     lse = torch.empty(q.shape[:3], dtype=lse_dtype, device=q.device)
-    out[:, :, m:], lse[:, :, m:] = forward_op()(q[:, :, m:], k, v, scale=scale)
-    if m > 0:
-        out[:, :, :m], lse[:, :, :m] = dense_forward(q[:, :, :m], k, v, scale, off)
+    for rows, part in ((slice(0, r), first), (slice(r, L), rest)):
+        if part is None:
+            out[:, :, rows], lse[:, :, rows] = 0.0, float("-inf")
+        else:
+            out[:, :, rows], lse[:, :, rows] = part
     return out, lse
 

@@ -27,7 +27,7 @@ import torch
 
 from .fused_band_grad import _Buffers, _neg_shift, rows_backward
 
-__all__ = ["causal_grads", "add_causal_grads", "ROW_ELEMS"]
+__all__ = ["causal_grads", "add_causal_grads", "summed_grads", "ROW_ELEMS"]
 
 ROW_ELEMS = 1 << 20  # weights per block (4 MiB in float32), bounding the rows per block
 _MIN_ROWS, _MAX_ROWS = 16, 256
@@ -58,13 +58,18 @@ def causal_grads(dout, q, k, v, lse, dlse, off: int | None, scale: float, need):
     """(dq, dk, dv) in the inputs' dtypes (None where ``need`` is False) of a causal call with query
     0 at key position ``off`` (None: unmasked, every query sees every key), from dout (B, H, L, E)
     or None, the forward's lse (B, H, L) and dlse (B, H, L) or None."""
+    return summed_grads(dout, q, k, v, need, lambda d, grads: add_causal_grads(d, q, k, v, lse, dlse, off, scale, grads))
+
+
+def summed_grads(dout, q, k, v, need, add):
+    """(dq, dk, dv) in the inputs' dtypes (None where ``need`` is False): zeroed float32 buffers
+    (float64 for float64 inputs) handed to ``add(dout, (dq, dk, dv))``, which writes or adds into
+    them, then cast once; dout (B, H, L, E) or None (zeros)."""
     work = torch.float64 if q.dtype == torch.float64 else torch.float32
     dout = torch.zeros(q.shape, dtype=q.dtype, device=q.device) if dout is None else dout
-    dq = torch.zeros(q.shape, dtype=work, device=q.device) if need[0] else None
-    dk = torch.zeros(k.shape, dtype=work, device=k.device) if need[1] else None
-    dv = torch.zeros(v.shape, dtype=work, device=v.device) if need[2] else None
-    add_causal_grads(dout, q, k, v, lse, dlse, off, scale, (dq, dk, dv))
-    return [None if t is None else t.to(x.dtype) for t, x in zip((dq, dk, dv), (q, k, v))]
+    grads = [torch.zeros(t.shape, dtype=work, device=t.device) if n else None for t, n in zip((q, k, v), need)]
+    add(dout, tuple(grads))
+    return [None if t is None else t.to(x.dtype) for t, x in zip(grads, (q, k, v))]
 
 
 def add_causal_grads(dout, q, k, v, lse, dlse, off: int | None, scale: float, grads) -> None:

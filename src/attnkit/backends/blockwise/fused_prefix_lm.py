@@ -32,8 +32,8 @@ import torch
 from ...core.indices import alignment_offset
 from ...core.mask_algebra import OrMask
 from ...core.mask_kinds import CausalMask, KeyPrefixMask
-from .fused_causal import dense_forward
-from .fused_causal_grad import add_causal_grads
+from .fused_causal import dense_forward, join_rows
+from .fused_causal_grad import add_causal_grads, summed_grads
 from .fused_gate import forward_op
 
 __all__ = ["prefix_lm_of", "split_rows", "prefix_lm_forward", "prefix_lm_grads"]
@@ -59,24 +59,14 @@ def split_rows(L: int, S: int, off: int, P: int) -> tuple[int, int]:
 
 def prefix_lm_forward(q, k, v, scale: float, off: int, P: int):
     """(out (B, H, L, E) in q's dtype, lse (B, H, L), float32; float64 for float64)."""
-    B, H, L, _ = q.shape
-    S = k.shape[2]
+    L, S = q.shape[2], k.shape[2]
     r0, p = split_rows(L, S, off, P)
     if r0 == 0:  # every row past the prefix: the causal call alone
         return dense_forward(q, k, v, scale, off)
-    lse_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
-    out = torch.empty(B, H, L, v.shape[-1], dtype=q.dtype, device=q.device)
-    lse = torch.empty(B, H, L, dtype=lse_dtype, device=q.device)
-    if p == 0:  # an empty prefix and rows before the first key: they see nothing
-        out[:, :, :r0] = 0.0
-        lse[:, :, :r0] = float("-inf")
-    else:
-        o, l2 = forward_op()(q[:, :, :r0], k[:, :, :p], v[:, :, :p], scale=scale)
-        out[:, :, :r0], lse[:, :, :r0] = o, l2
-    if r0 < L:
-        o, l2 = dense_forward(q[:, :, r0:], k, v, scale, off + r0)
-        out[:, :, r0:], lse[:, :, r0:] = o, l2
-    return out, lse
+    # an empty prefix (p = 0) leaves its rows, before the first key, seeing nothing
+    first = forward_op()(q[:, :, :r0], k[:, :, :p], v[:, :, :p], scale=scale) if p > 0 else None
+    rest = dense_forward(q[:, :, r0:], k, v, scale, off + r0) if r0 < L else None
+    return join_rows(q, v, r0, first, rest)
 
 
 def prefix_lm_grads(dout, q, k, v, lse, dlse, off: int, P: int, scale: float, need):
@@ -84,19 +74,17 @@ def prefix_lm_grads(dout, q, k, v, lse, dlse, off: int, P: int, scale: float, ne
     None, the forward's lse (B, H, L) and dlse (B, H, L) or None."""
     L, S = q.shape[2], k.shape[2]
     r0, p = split_rows(L, S, off, P)
-    work = torch.float64 if q.dtype == torch.float64 else torch.float32
-    dout = torch.zeros(q.shape, dtype=q.dtype, device=q.device) if dout is None else dout
-    dq = torch.zeros(q.shape, dtype=work, device=q.device) if need[0] else None
-    dk = torch.zeros(k.shape, dtype=work, device=k.device) if need[1] else None
-    dv = torch.zeros(v.shape, dtype=work, device=v.device) if need[2] else None
 
     def rows(t, a, b):
         return None if t is None else t[:, :, a:b]
 
-    if r0 > 0 and p > 0:  # the prefix rows: unmasked against the keys [0, p)
-        add_causal_grads(dout[:, :, :r0], q[:, :, :r0], k[:, :, :p], v[:, :, :p], lse[:, :, :r0],
-                         rows(dlse, 0, r0), None, scale, (rows(dq, 0, r0), rows(dk, 0, p), rows(dv, 0, p)))
-    if r0 < L:
-        add_causal_grads(dout[:, :, r0:], q[:, :, r0:], k, v, lse[:, :, r0:], rows(dlse, r0, L), off + r0, scale,
-                         (rows(dq, r0, L), dk, dv))
-    return [None if t is None else t.to(x.dtype) for t, x in zip((dq, dk, dv), (q, k, v))]
+    def add(dout, grads):
+        dq, dk, dv = grads
+        if r0 > 0 and p > 0:  # the prefix rows: unmasked against the keys [0, p)
+            add_causal_grads(dout[:, :, :r0], q[:, :, :r0], k[:, :, :p], v[:, :, :p], lse[:, :, :r0],
+                             rows(dlse, 0, r0), None, scale, (rows(dq, 0, r0), rows(dk, 0, p), rows(dv, 0, p)))
+        if r0 < L:
+            add_causal_grads(dout[:, :, r0:], q[:, :, r0:], k, v, lse[:, :, r0:], rows(dlse, r0, L), off + r0, scale,
+                             (rows(dq, r0, L), dk, dv))
+
+    return summed_grads(dout, q, k, v, need, add)
