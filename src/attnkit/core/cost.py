@@ -50,7 +50,8 @@ def cpu_has(probe: str) -> bool:
 # rate, with AVX512-FP16 its fp16 kernel 0.95x (benchmarks/results/bf16_rates.json "half_rates",
 # n = 4096, 1 thread); without them, the rates measured before on a CPU that lacked both are kept
 # (bf16 140 GFLOP/s; fp16 had no native kernel, ~3 GFLOP/s, measured with torch 2.13)
-_SDPA_BF16 = 2.76 * 115e9 if cpu_has("amx") else 140e9
+HAS_AMX = cpu_has("amx")  # read once: SDPA's bf16 rate and the banded route's bf16 geometry depend on it
+_SDPA_BF16 = 2.76 * 115e9 if HAS_AMX else 140e9
 _SDPA_FP16 = 0.95 * 115e9 if cpu_has("fp16") else 4e9
 
 # rates measured on the 2-core CPU (torch 2.13 cpu); a CUDA device overrides some below
@@ -67,7 +68,7 @@ _CPU_RATES = {
     # AMX bf16 took 1.03x the float32 time on the same geometry (bf16_window_amd_epyc.json); flops
     # counted over the pairs the kernel computes (the band's 64 + window keys per query)
     "fused_flops": {torch.float32: 115e9, torch.bfloat16: _SDPA_BF16, torch.float64: 40e9},
-    "fused_band_flops": {torch.float32: 70e9, torch.bfloat16: 100e9 if cpu_has("amx") else 70e9 / 1.03, torch.float64: 25e9},
+    "fused_band_flops": {torch.float32: 70e9, torch.bfloat16: 100e9 if HAS_AMX else 70e9 / 1.03, torch.float64: 25e9},
     # a relative bias (ALiBi, T5) on the fused kernel per 512-query block, its values a strided view as the
     # kernel's float mask: flops over the pairs the blocks compute, benchmarks/results/bias_and_small.json
     # (n = 8k, float32, 1 thread) ALiBi 81 / 77 and T5 96 / 97 GFLOP/s unmasked / causal, the median;

@@ -56,7 +56,7 @@ from dataclasses import dataclass
 import torch
 
 from ...core import fresh_memory
-from ...core.cost import cpu_has
+from ...core.cost import HAS_AMX
 from ...core.indices import alignment_offset
 from .fused_gate import forward_op
 from .fused_merge import empty_rows_to_neginf
@@ -128,7 +128,7 @@ def finite(*ts: torch.Tensor) -> bool:
 
 
 KEY_ALIGN = 64  # interior windows are padded to a multiple of this many keys when that is cheap
-PACKED_BF16 = cpu_has("amx")  # the kernel's bf16 tiles run on AMX: taller bf16 blocks pay (module docstring)
+PACKED_BF16 = HAS_AMX  # the kernel's bf16 tiles run on AMX: taller bf16 blocks pay (module docstring)
 
 
 def tuned(band: Band, dtype: torch.dtype, finite_kv: bool = True) -> Band:
