@@ -51,14 +51,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import statistics
 import subprocess
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script: its sibling helpers
-from flex_race import cpu_flags  # noqa: E402
+from flex_race import cpu_flags, tag_suffix  # noqa: E402
 from proc_memory import time_and_peak  # noqa: E402
 from timing import interleaved_times  # noqa: E402
 
@@ -280,10 +279,7 @@ def main() -> None:
             ap.error("--malloc default is for --part bias8k (the small rows always run with glibc's default)")
         env = {k: v for k, v in env.items() if not k.startswith("MALLOC_")}
         name += "_default_malloc"
-    if args.tag is not None:
-        if not re.fullmatch(r"[a-z0-9_]+", args.tag):
-            ap.error(f"--tag must be lower-case letters, digits and '_' (it names a file), got {args.tag!r}")
-        name += f"_{args.tag}"
+    name += tag_suffix(ap, args.tag)
     src = str(Path(__file__).resolve().parents[1] / "src")
     path = RESULTS / f"{name}.json"
     old = json.loads(path.read_text()) if path.exists() else {}

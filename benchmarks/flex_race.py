@@ -93,6 +93,16 @@ B, H, E = 1, 8, 64
 
 
 
+def tag_suffix(ap: argparse.ArgumentParser, tag: str | None) -> str:
+    """``"_TAG"`` for a results file name (another machine's run), ``""`` without ``--tag``; a tag
+    that could not name a file stops the parser with the fix."""
+    if tag is None:
+        return ""
+    if not re.fullmatch(r"[a-z0-9_]+", tag):
+        ap.error(f"--tag must be lower-case letters, digits and '_' (it names a file), got {tag!r}")
+    return f"_{tag}"
+
+
 def cpu_flags() -> dict:
     try:
         text = Path("/proc/cpuinfo").read_text()
@@ -294,9 +304,7 @@ def main() -> None:
     env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
     import torch
 
-    if args.tag is not None and not re.fullmatch(r"[a-z0-9_]+", args.tag):
-        ap.error(f"--tag must be lower-case letters, digits and '_' (it names a file), got {args.tag!r}")
-    name = "flex_race" + ("_quick" if args.quick else "") + (f"_{args.tag}" if args.tag else "")
+    name = "flex_race" + ("_quick" if args.quick else "") + tag_suffix(ap, args.tag)
     path = RESULTS / f"{name}.json"
     old = json.loads(path.read_text()) if path.exists() else {}
     # resume: rows the saved file holds (without an error) are kept unless they are re-run here
