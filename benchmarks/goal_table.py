@@ -39,13 +39,24 @@ def _yes(ok: bool) -> str:
     return "yes" if ok else "**no**"
 
 
+def _tagged(results: Path, name: str, tag: str | None) -> Path:
+    """``name``'s file for ``tag``'s machine. Its bias rows: the run timed with glibc's default
+    allocator (``bias_and_small.py --malloc default --tag TAG``) where there is one, the time a user
+    sees (the other run's allocator setting, mmap above 64 KiB, is there for its peak readings)."""
+    if tag is None:
+        return results / name
+    if name == "bias_and_small.json" and (results / f"bias_and_small_default_malloc_{tag}.json").is_file():
+        return results / f"bias_and_small_default_malloc_{tag}.json"
+    return results / name.replace(".json", f"_{tag}.json")
+
+
 def table_lines(results: Path = RESULTS, tag: str | None = None) -> list[str]:
     """The table (header, rule, one line per goal) as the committed JSON gives it. With ``tag``,
     another machine's run (``flex_race_TAG.json``, ...; the benchmarks' ``--tag`` / ``--out``): the
     goals its files measure, the others left out."""
     data = {}
     for name in FILES:
-        path = results / (name if tag is None else name.replace(".json", f"_{tag}.json"))
+        path = _tagged(results, name, tag)
         if tag is None or path.is_file():
             data[name] = json.loads(path.read_text(encoding="utf-8"))
     lines = [HEADER, "|---|---|---|"]
@@ -181,7 +192,7 @@ def flex_lines(results: Path = RESULTS, tag: str | None = None) -> list[str]:
     naming the rows where Flex is faster. With ``tag`` (another machine's run): the rows its files
     hold."""
     race = _load(results, "flex_race.json" if tag is None else f"flex_race_{tag}.json")
-    bs_path = results / ("bias_and_small.json" if tag is None else f"bias_and_small_{tag}.json")
+    bs_path = _tagged(results, "bias_and_small.json", tag)
     bs = json.loads(bs_path.read_text(encoding="utf-8")) if tag is None or bs_path.is_file() else {"rows": []}
     lines, slower = [FLEX_HEADER, "|---|---|---|---|"], []
 
@@ -214,9 +225,44 @@ def flex_lines(results: Path = RESULTS, tag: str | None = None) -> list[str]:
 
 
 SECOND_MACHINE = "amd_epyc"  # the tag of the other CPU's committed runs (an AMD EPYC without AMX)
+FLOOR_HEADER = ("| goal | route / its kernel calls alone (+ bias function) | the route now | best at the kernel's rate "
+                "| best at the GEMM's rate | reachable at the kernel's rate |")
+FLOOR_LABELS = {
+    "window256_16k": "window 256, n=16k: ≥ 1.8× compiled Flex",
+    "window256_4k_bf16": "window 256, n=4k: bf16 ≤ 0.4 of the fp32 time",
+    "alibi_8k_none": "ALiBi, n=8k, no mask: ≥ 1.5× the goals' day blockwise",
+    "alibi_8k_causal": "ALiBi, n=8k, causal: ≥ 1.5× the goals' day blockwise",
+    "custom_8k_none": "custom bias, n=8k, no mask: ≥ 1.5× the goals' day blockwise",
+    "custom_8k_causal": "custom bias, n=8k, causal: ≥ 1.5× the goals' day blockwise",
+}
+
+
+def floor_lines(results: Path = RESULTS, tag: str | None = SECOND_MACHINE) -> list[str]:
+    """The table of ``kernel_floor.py``'s verdicts: each missed goal, what the route reaches, and the
+    best a route making the same kernel calls (or the same GEMMs) could reach on that CPU."""
+    data = _load(results, "kernel_floor.json" if tag is None else f"kernel_floor_{tag}.json")
+    lines = [FLOOR_HEADER, "|---|---|---|---|---|---|"]
+    for case, label in FLOOR_LABELS.items():
+        v = data["verdicts"].get(case)
+        if v is None:
+            continue
+        r = data["rows"][case]
+        fn = f" + {_ms(r['bias_fn_ms'])}" if r["bias_fn_ms"] else ""
+        times = f"{_ms(r['route_ms'])} / {_ms(r['kernel_ms'])}{fn}"
+        if case == "window256_4k_bf16":
+            cells = [f"{v['route_ratio']:.2f}", f"{v['kernel_floor_ratio']:.2f}", f"{v['gemm_floor_ratio']:.2f}"]
+        elif case == "window256_16k":
+            cells = [f"{v['route_ratio']:.2f}×", f"{v['kernel_floor_ratio']:.2f}×", f"{v['gemm_floor_ratio']:.2f}×"]
+        else:
+            cells = [f"{v['route_speedup']:.2f}×", f"{v['kernel_floor_speedup']:.2f}×", f"{v['gemm_floor_speedup']:.2f}×"]
+        lines.append(f"| {label} | {times} | " + " | ".join(cells) + f" | {_yes(v['reachable_at_kernel_rate'])} |")
+    return lines
+
+
 MARKERS = {"goal-table": table_lines, "flex-table": flex_lines,
            f"goal-table-{SECOND_MACHINE}": lambda: table_lines(tag=SECOND_MACHINE),
-           f"flex-table-{SECOND_MACHINE}": lambda: flex_lines(tag=SECOND_MACHINE)}
+           f"flex-table-{SECOND_MACHINE}": lambda: flex_lines(tag=SECOND_MACHINE),
+           f"floor-table-{SECOND_MACHINE}": floor_lines}
 
 
 def write_readme(readme: Path = RESULTS.parents[1] / "README.md") -> None:

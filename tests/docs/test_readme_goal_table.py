@@ -96,3 +96,19 @@ def test_a_tagged_table_lists_only_what_its_files_measure(tmp_path):
     (tmp_path / "flex_race_x.json").write_text(json.dumps(race), encoding="utf-8")
     ratio = next(line for line in mod.table_lines(tmp_path, tag="x") if "as the goal's ratio" in line)
     assert "= 2.00× | yes |" in ratio
+
+
+def test_the_readme_floor_table_is_rebuilt_from_its_json():
+    mod = _module()
+    assert _readme_block(f"floor-table-{mod.SECOND_MACHINE}") == mod.floor_lines()
+
+
+def test_the_second_cpus_bias_rows_come_from_its_default_allocator_run(tmp_path):
+    """A machine's run with glibc's default allocator (the time a user sees) is the one its bias rows
+    read; without one, the tagged file with the benchmark's allocator setting."""
+    mod = _module()
+    tag = mod.SECOND_MACHINE
+    assert mod._tagged(mod.RESULTS, "bias_and_small.json", tag).name == f"bias_and_small_default_malloc_{tag}.json"
+    assert mod._tagged(tmp_path, "bias_and_small.json", tag).name == f"bias_and_small_{tag}.json"
+    assert mod._tagged(tmp_path, "flex_race.json", tag).name == f"flex_race_{tag}.json"
+    assert mod._tagged(tmp_path, "bias_and_small.json", None).name == "bias_and_small.json"
