@@ -72,7 +72,9 @@ SMALL_B = (1, 8)
 SMALL_MASKS = ("causal", "window", "padding", "document")
 
 
-def _bias(kind: str):
+def _bias(kind: str, wrap=lambda fn: fn):
+    """The bias of a ``bias8k`` row; ``wrap`` is applied to the custom bias's function (a timer in
+    ``kernel_floor.py``)."""
     import torch
 
     from attnkit import biases
@@ -87,7 +89,7 @@ def _bias(kind: str):
     def log_distance(b, h, q, kv):  # a user's function: attnkit knows only that it depends on the head
         return -slopes[h] * torch.log1p((q - kv).abs().float())
 
-    return biases.custom_bias(log_distance, depends_on=("h",))
+    return biases.custom_bias(wrap(log_distance), depends_on=("h",))
 
 
 def _mask_8k(kind: str):

@@ -24,10 +24,6 @@ HEADER = "| goal | measured | met |"
 FILES = ("flex_race.json", "bf16_window.json", "bias_and_small.json", "causal_interleaved.json")
 
 
-def _load(results: Path, name: str) -> dict:
-    return json.loads((results / name).read_text(encoding="utf-8"))
-
-
 def _row(rows: list[dict], case: str, impl: str) -> dict:
     found = [r for r in rows if r.get("case") == case and r.get("impl") == impl]
     if len(found) != 1:
@@ -48,6 +44,10 @@ def _tagged(results: Path, name: str, tag: str | None) -> Path:
     if name == "bias_and_small.json" and (results / f"bias_and_small_default_malloc_{tag}.json").is_file():
         return results / f"bias_and_small_default_malloc_{tag}.json"
     return results / name.replace(".json", f"_{tag}.json")
+
+
+def _load(results: Path, name: str, tag: str | None = None) -> dict:
+    return json.loads(_tagged(results, name, tag).read_text(encoding="utf-8"))
 
 
 def table_lines(results: Path = RESULTS, tag: str | None = None) -> list[str]:
@@ -191,7 +191,7 @@ def flex_lines(results: Path = RESULTS, tag: str | None = None) -> list[str]:
     """The table of ``auto`` against compiled FlexAttention (forward, same runs), then one line
     naming the rows where Flex is faster. With ``tag`` (another machine's run): the rows its files
     hold."""
-    race = _load(results, "flex_race.json" if tag is None else f"flex_race_{tag}.json")
+    race = _load(results, "flex_race.json", tag)
     bs_path = _tagged(results, "bias_and_small.json", tag)
     bs = json.loads(bs_path.read_text(encoding="utf-8")) if tag is None or bs_path.is_file() else {"rows": []}
     lines, slower = [FLEX_HEADER, "|---|---|---|---|"], []
@@ -240,7 +240,7 @@ FLOOR_LABELS = {
 def floor_lines(results: Path = RESULTS, tag: str | None = SECOND_MACHINE) -> list[str]:
     """The table of ``kernel_floor.py``'s verdicts: each missed goal, what the route reaches, and the
     best a route making the same kernel calls (or the same GEMMs) could reach on that CPU."""
-    data = _load(results, "kernel_floor.json" if tag is None else f"kernel_floor_{tag}.json")
+    data = _load(results, "kernel_floor.json", tag)
     lines = [FLOOR_HEADER, "|---|---|---|---|---|---|"]
     for case, label in FLOOR_LABELS.items():
         v = data["verdicts"].get(case)
@@ -249,12 +249,9 @@ def floor_lines(results: Path = RESULTS, tag: str | None = SECOND_MACHINE) -> li
         r = data["rows"][case]
         fn = f" + {_ms(r['bias_fn_ms'])}" if r["bias_fn_ms"] else ""
         times = f"{_ms(r['route_ms'])} / {_ms(r['kernel_ms'])}{fn}"
-        if case == "window256_4k_bf16":
-            cells = [f"{v['route_ratio']:.2f}", f"{v['kernel_floor_ratio']:.2f}", f"{v['gemm_floor_ratio']:.2f}"]
-        elif case == "window256_16k":
-            cells = [f"{v['route_ratio']:.2f}×", f"{v['kernel_floor_ratio']:.2f}×", f"{v['gemm_floor_ratio']:.2f}×"]
-        else:
-            cells = [f"{v['route_speedup']:.2f}×", f"{v['kernel_floor_speedup']:.2f}×", f"{v['gemm_floor_speedup']:.2f}×"]
+        kind = "speedup" if "route_speedup" in v else "ratio"  # the bias goals' speed-ups, the windows' ratios
+        unit = "" if case == "window256_4k_bf16" else "×"  # a time ratio, not a speed-up
+        cells = [f"{v[f'{part}_{kind}']:.2f}{unit}" for part in ("route", "kernel_floor", "gemm_floor")]
         lines.append(f"| {label} | {times} | " + " | ".join(cells) + f" | {_yes(v['reachable_at_kernel_rate'])} |")
     return lines
 
