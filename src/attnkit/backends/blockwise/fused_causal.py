@@ -106,4 +106,3 @@ def join_rows(q, v, r: int, first, rest):
         else:
             out[:, :, rows], lse[:, :, rows] = part
     return out, lse
-
