@@ -34,7 +34,7 @@ def empty_cache():
 
 def _uncached(mp):
     """Inside ``mp`` (a monkeypatch context): no route or estimate is cached or served from a cache."""
-    mp.setattr(route_cache, "mask_key", lambda m: (None, None, None))
+    mp.setattr(route_cache, "mask_key", lambda m: (None, None))
     mp.setattr(bw_cost, "ESTIMATE_ENTRIES", 0)
 
 

@@ -34,7 +34,8 @@ def test_same_mask_and_shapes_reuse_one_entry():
     a = cache.prepared(mask, 2, 4, 4, 24, 24, q)
     assert cache.prepared(mask, 2, 4, 4, 24, 24, q) is a
     assert cache.prepared(mask, 2, 4, 4, 20, 24, q) is not a  # another L
-    assert cache.prepared(M.padding_mask([24, 17], 24), 2, 4, 4, 24, 24, q) is not a  # another object
+    assert cache.prepared(M.padding_mask([24, 17], 24), 2, 4, 4, 24, 24, q) is a  # another object, equal content
+    assert cache.prepared(M.padding_mask([24, 16], 24), 2, 4, 4, 24, 24, q) is not a  # other content
 
 
 def test_in_place_edit_of_the_mask_data_is_seen():

@@ -1,36 +1,39 @@
-"""IdentityLRU: answers only for the very owner object, evicts the least recently used, counts."""
+"""SnapshotLRU: answers only while the snapshot's tensors hold the stored content, evicts the least
+recently used, counts."""
 
 from __future__ import annotations
 
-import weakref
+import torch
 
-from attnkit.core.identity_cache import IdentityLRU
-
-
-class Owner:
-    pass
+from attnkit.core.cache_keys import snapshot
+from attnkit.core.identity_cache import SnapshotLRU
 
 
-def test_an_entry_answers_only_its_own_object_and_the_oldest_goes_first():
+def test_an_entry_answers_only_equal_content_and_the_oldest_goes_first():
     limit = [2]
-    cache = IdentityLRU(lambda: limit[0])
-    a, b, c = Owner(), Owner(), Owner()
-    cache.put("a", weakref.ref(a), 1)
-    cache.put("b", weakref.ref(b), 2)
-    assert cache.get("a", a) == 1 and cache.get("a", b) is None  # same key, another object: a miss
-    cache.put("c", weakref.ref(c), 3)  # "b" is now the least recently used
-    assert cache.get("b", b) is None and cache.get("a", a) == 1 and cache.get("c", c) == 3
+    cache = SnapshotLRU(lambda: limit[0])
+    a, b, c = torch.tensor([1, 2]), torch.tensor([3, 4]), torch.tensor([5, 6])
+    sa, sb, sc = snapshot(a), snapshot(b), snapshot(c)
+    assert sa.key == sb.key  # same shape and dtype: only the content tells them apart
+    cache.put(("a", sa.key), sa, 1)
+    cache.put(("b", sb.key), sb, 2)
+    assert cache.get(("a", sa.key), sa) == 1 and cache.get(("a", sa.key), sb) is None  # other content: a miss
+    cache.put(("c", sc.key), sc, 3)  # "b" is now the least recently used
+    assert cache.get(("b", sb.key), sb) is None and cache.get(("a", sa.key), sa) == 1 and cache.get(("c", sc.key), sc) == 3
     assert cache.info() == {"hits": 3, "misses": 3, "size": 2}
     limit[0] = 1
-    cache.put("d", weakref.ref(a), 4)
-    assert cache.info()["size"] == 1 and cache.get("d", a) == 4
+    cache.put("d", sa, 4)
+    assert cache.info()["size"] == 1 and cache.get("d", sa) == 4
     cache.clear()
     assert cache.info() == {"hits": 0, "misses": 0, "size": 0}
 
 
-def test_a_freed_owner_no_longer_answers():
-    cache = IdentityLRU(lambda: 8)
-    a = Owner()
-    cache.put("k", weakref.ref(a), "v")
-    del a
-    assert cache.get("k", Owner()) is None
+def test_an_edit_of_the_stored_object_no_longer_answers():
+    cache = SnapshotLRU(lambda: 8)
+    t = torch.zeros(4, dtype=torch.long)
+    snap = snapshot(t)
+    cache.put(snap.key, snap, "v")
+    t.data[1] = 7  # a write that leaves _version alone
+    assert cache.get(snap.key, snapshot(t)) is None
+    t.data[1] = 0
+    assert cache.get(snap.key, snapshot(t)) == "v"

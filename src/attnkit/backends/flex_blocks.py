@@ -18,6 +18,7 @@ from collections import OrderedDict
 
 import torch
 
+from ..core.cache_keys import enabled, freeze, same, snapshot
 from ..core.tiles import FULL, PARTIAL, TileGrid
 
 __all__ = ["BLOCK", "block_mask", "cached_block_mask", "held_tensors"]
@@ -26,7 +27,7 @@ BLOCK = 128  # FlexAttention's default sparse block size, rows and columns
 CACHE_SIZE = 32  # BlockMasks kept
 
 _LOCK = threading.Lock()
-_BLOCK_MASKS: OrderedDict[tuple, tuple[object, object]] = OrderedDict()
+_BLOCK_MASKS: OrderedDict[tuple, tuple[object, object, tuple]] = OrderedDict()  # key -> (anchor, BlockMask, frozen tensors)
 
 
 def held_tensors(obj, name: str):
@@ -74,41 +75,44 @@ def block_mask(mask, L: int, S: int, device: torch.device, codes: torch.Tensor |
                                     mask_mod=mask.predicate(L, S), seq_lengths=(L, S))
 
 
-def _lookup(key: tuple, anchor):
+def _lookup(key: tuple, anchor, snap):
     with _LOCK:
         hit = _BLOCK_MASKS.get(key)
-        if hit is not None and hit[0] is anchor:
-            _BLOCK_MASKS.move_to_end(key)
-            return hit[1]
+    if hit is not None and hit[0] is anchor and (snap is None or same(hit[2], snap)):
+        with _LOCK:
+            if key in _BLOCK_MASKS:
+                _BLOCK_MASKS.move_to_end(key)
+        return hit[1]
     return None
 
 
 def cached_block_mask(mask, L: int, S: int, device: torch.device):
     """:func:`block_mask`, kept per shape and device (:data:`CACHE_SIZE` entries): for masks with a ``cache_key``
     (causal, windows, chunks) under that key; for the others (documents, custom predicates, padding)
-    under the mask object while the tensors it holds are unchanged (their versions), and under a
-    custom predicate's cached tile map (the same tensor object while the predicate and its captured
-    tensors are unchanged, so a predicate passed as a new function object each call still hits)."""
+    under the mask object (held, so its id is not reused: the BlockMask's ``mask_mod`` reads that very
+    object) while its snapshot (:mod:`attnkit.core.cache_keys`: constants, closures, globals, tensor
+    contents) is unchanged. Never shared between two mask objects: each BlockMask's ``mask_mod`` reads
+    its own mask's live state. A mask the snapshot cannot see through, or any mask while caching is
+    off, is built afresh (its tile map may still come from :mod:`attnkit.core.tile_map`)."""
     if mask is None:
         return None
+    if not enabled():
+        return block_mask(mask, L, S, device)
     dev = str(device)
     if mask.cache_key is not None:
-        keys = [((mask.cache_key, L, S, dev), None)]
+        keys = [((mask.cache_key, L, S, dev, torch.is_inference_mode_enabled()), None, None)]
     else:
-        held = tuple((id(t), t._version) for _, t in held_tensors(mask, "mask"))
-        keys = [(("mask", id(mask), held, L, S, dev), mask)]  # the anchor keeps the object, so its id is not reused
+        snap = snapshot(mask)
+        if snap is None:
+            return block_mask(mask, L, S, device)
+        keys = [(("mask", id(mask), snap.key, L, S, dev), mask, snap)]
     hit = _lookup(*keys[0])
-    codes = None
-    if hit is None and mask.cache_key is None:
-        grid = TileGrid.uniform(L, S, BLOCK, BLOCK)
-        codes = mask.tile_states(grid)
-        keys.append((("tile map", id(codes), L, S, dev), codes))
-        hit = _lookup(*keys[1])
-        codes = codes.expand(grid.shape)
-    bm = hit if hit is not None else block_mask(mask, L, S, device, codes)
+    if hit is not None:
+        return hit
+    bm = block_mask(mask, L, S, device)
     with _LOCK:
-        for key, anchor in keys:
-            _BLOCK_MASKS[key] = (anchor, bm)
+        for key, anchor, snap in keys:
+            _BLOCK_MASKS[key] = (anchor, bm, () if snap is None else freeze(snap))
             _BLOCK_MASKS.move_to_end(key)
         while len(_BLOCK_MASKS) > CACHE_SIZE:
             _BLOCK_MASKS.popitem(last=False)

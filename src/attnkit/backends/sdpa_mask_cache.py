@@ -7,17 +7,18 @@ its additive float form. For a call of n <= 512 that preparation cost more than 
 calls attention with the same mask object and shapes layer after layer, so the prepared tensors
 are kept here and reused.
 
-What makes a reuse safe: the entry is keyed by the mask *object* (held by the entry and compared
-by identity, so a new object with a recycled ``id`` misses), the shapes (B, H, Hkv, L, S), the
-device, and the mask's description (:func:`attnkit.core.call_cache.mask_state`): its constants (a
-window's width) and the identity and ``_version`` counter of every tensor it holds (document ids,
-padding lengths, a bool tensor mask), so an in-place edit of either misses the cache. Masks whose
-values can depend on tensors the cache cannot see are never cached: custom predicates
-(:class:`~attnkit.core.mask_values.CustomMask`, whose function may capture anything) and mask
-classes defined outside attnkit. Not used while ``torch.compile`` traces, under ``torch.func``, on
-``meta`` tensors, or for masks over :data:`MAX_ELEMENTS` elements; at most :data:`MAX_ENTRIES`
-entries are kept (least recently used dropped first), so the cache holds at most
-``MAX_ENTRIES · MAX_ELEMENTS · 6`` bytes (bool and float32 forms).
+What makes a reuse safe: the entry is keyed by the mask's snapshot
+(:func:`attnkit.core.call_cache.mask_state`, :mod:`attnkit.core.cache_keys`): its kind, its
+constants (a window's width) and its tensors' shapes, dtypes and devices, with the tensors' content
+compared against the copies the entry keeps, so an edit of any kind (in place, through ``.data`` or
+NumPy, a rebinding to a new tensor) misses; plus the shapes (B, H, Hkv, L, S), the device and
+inference mode (what is built under ``torch.inference_mode()`` is never handed to a call under
+autograd). Masks whose values can depend on state the snapshot cannot see are never cached: custom
+predicates (:class:`~attnkit.core.mask_values.CustomMask`, whose function may capture anything) and
+mask classes defined outside attnkit. Not used while ``torch.compile`` traces, under ``torch.func``,
+on ``meta`` tensors, while caching is off, or for masks over :data:`MAX_ELEMENTS` elements; at most
+:data:`MAX_ENTRIES` entries are kept (least recently used dropped first), so the cache holds at most
+``MAX_ENTRIES · MAX_ELEMENTS · 6`` bytes (bool and float32 forms) besides the masks' copies.
 
 Shape legend: B batch, H query heads, Hkv key/value heads, L queries, S keys.
 """
@@ -30,6 +31,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..core.cache_keys import freeze, same
 from ..core.call_cache import mask_state
 
 __all__ = ["Prepared", "prepared", "dead_keys_inert", "squares_inert", "sum_of_squares", "plain_strides", "clear", "MAX_ENTRIES", "MAX_ELEMENTS"]
@@ -48,7 +50,7 @@ class Prepared:
     (None when there are none), ``kernel_mask`` = allowed with empty rows unmasked (bool), and its
     additive float forms per dtype (0 / -inf), built on first use."""
 
-    mask: object
+    held: tuple  # copies of the mask's tensors as they were when this was built (a hit must match them)
     allowed: torch.Tensor
     dead: torch.Tensor
     any_dead: bool
@@ -93,10 +95,10 @@ def _build(mask, B: int, H: int, Hkv: int, L: int, S: int, device) -> Prepared:
     dead = _dead_keys(allowed, Hkv)
     empty = ~allowed.any(-1)  # (B|1, H|1, L)
     if torch.compiler.is_compiling() or allowed.device.type == "meta":  # no values to read: keep both
-        return Prepared(mask, allowed, dead, True, empty, allowed | empty.unsqueeze(-1))
+        return Prepared((), allowed, dead, True, empty, allowed | empty.unsqueeze(-1))
     has_dead, has_empty = bool(dead.any()), bool(empty.any())
     kernel_mask = allowed | empty.unsqueeze(-1) if has_empty else allowed
-    return Prepared(mask, allowed, dead, has_dead, empty if has_empty else None, kernel_mask)
+    return Prepared((), allowed, dead, has_dead, empty if has_empty else None, kernel_mask)
 
 
 def _cacheable(mask, q: torch.Tensor) -> list[torch.Tensor] | None:
@@ -108,25 +110,24 @@ def _cacheable(mask, q: torch.Tensor) -> list[torch.Tensor] | None:
 
 
 def prepared(mask, B: int, H: int, Hkv: int, L: int, S: int, q: torch.Tensor) -> Prepared:
-    """The prepared mask for a call with q (B, H, L, E) against S keys: from the cache when the same
-    mask object, unchanged, was prepared for the same shapes and device; else built (and cached
-    when allowed, see the module docstring)."""
+    """The prepared mask for a call with q (B, H, L, E) against S keys: from the cache when an equal
+    mask (same snapshot key, same tensor contents) was prepared for the same shapes and device; else
+    built (and cached when allowed, see the module docstring)."""
     tensors = _cacheable(mask, q)
-    if tensors is None:
+    snap = None if tensors is None else mask_state(mask)
+    if snap is None:
         return _build(mask, B, H, Hkv, L, S, q.device)
-    # the mask's constants too (a window's width edited in place is another mask); its tensors by
-    # identity and version, alive as long as the entry's mask holds them (checked: hit.mask is mask)
-    state = mask_state(mask)
-    if state is None:
-        return _build(mask, B, H, Hkv, L, S, q.device)
-    key = (id(mask), B, H, Hkv, L, S, q.device, state[0])
+    key = (B, H, Hkv, L, S, q.device, snap.key)
     with _LOCK:
         hit = _CACHE.get(key)
-        if hit is not None and hit.mask is mask:
-            _CACHE.move_to_end(key)
-            return hit
+    if hit is not None and same(hit.held, snap):
+        with _LOCK:
+            if key in _CACHE:
+                _CACHE.move_to_end(key)
+        return hit
     entry = _build(mask, B, H, Hkv, L, S, q.device)
     if entry.allowed.numel() <= MAX_ELEMENTS:
+        entry.held = freeze(snap)
         with _LOCK:
             _CACHE[key] = entry
             while len(_CACHE) > MAX_ENTRIES:

@@ -224,9 +224,10 @@ def _prepare(q, k, v, score, mask, bias, scale, dropout_p, backend, return_weigh
             type(dropout_p) in (float, int) and dropout_p == 0):
         sig = call_cache.signature(q, k, v, mask, scale, backend)
     if sig is not None:
-        hit = call_cache.lookup(sig[0])
+        hit = call_cache.lookup(*sig)
         if hit is not None:
-            m = mask if isinstance(mask, Mask) else hit.mask  # a tensor mask: the wrapper built for it
+            # a tensor mask: wrapped again, so the call reads the live tensor (equal to the entry's copy)
+            m = mask if isinstance(mask, Mask) else as_mask(mask)
             call = AttentionCall(q, k, v, hit.score, m, None, hit.scale, 0.0, False, None, None, hit.serial)
             return call, hit.backend, fresh_report(hit.report)
     call = make_call(
@@ -238,7 +239,7 @@ def _prepare(q, k, v, score, mask, bias, scale, dropout_p, backend, return_weigh
     chosen, report = choose(call, backend)
     if sig is not None:
         call.signature = call_cache.next_serial()
-        entry = call_cache.Entry(call.mask, call.score, call.scale, chosen, fresh_report(report), tuple(sig[1]), call.signature)
+        entry = call_cache.Entry(call.mask, call.score, call.scale, chosen, fresh_report(report), call_cache.frozen(sig[1]), call.signature)
         call_cache.store(sig[0], entry)
     return call, chosen, report
 

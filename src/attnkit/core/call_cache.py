@@ -9,21 +9,22 @@ same answer for the same signature. So :func:`attnkit.core.call.attention` keeps
 The signature (:func:`signature`) is everything validation and the choice read:
 
 * q, k, v: type, shape, strides, dtype, device and ``requires_grad``;
-* the mask's state: its kind and every attribute, a tensor by identity, ``_version``, shape,
-  dtype and device (an in-place edit bumps ``_version``; a new tensor is another identity), so
-  an equal mask rebuilt every call (``masks.causal()``) hits and an edited one misses;
-* the scale, the backend name, grad mode, the :mod:`.options` in effect, the device whose cost
-  rates are read and the registry's generation (registering a backend starts over).
+* the mask's state (:func:`mask_state`): its kind and every attribute, a tensor by shape, dtype,
+  strides and device in the key and by *content* (the entry keeps a copy; a hit compares it with
+  the live tensor, :mod:`.cache_keys`), so an equal mask rebuilt every call (``masks.causal()``,
+  a fresh padding mask of the same lengths) hits, and an edited one misses however it was edited
+  (in place, through ``.data`` or NumPy, or a freed tensor replaced at the same address);
+* the scale, the backend name, grad mode, inference mode, the :mod:`.options` in effect, the
+  device whose cost rates are read and the registry's generation (registering a backend starts over).
 
 Only plain calls take it: no score, bias, sinks or dropout, no weights returned and no per-call
 memory budget; a mask that is None, a bool tensor, or built of attnkit's own mask kinds (a
 custom predicate may read anything, so it is validated and dispatched every call). Never under
-``torch.compile``, inside ``torch.func`` transforms or on ``meta`` tensors. An entry holds the
-tensors its key names by identity, so their ids cannot be reused while it lives (a mask holding a
-tensor over :data:`MAX_HELD_ELEMENTS` elements is not cached, so no large dense mask outlives its
-user's last reference by more than the call); at most :data:`MAX_ENTRIES` entries holding at most
-:data:`MAX_HELD_BYTES` of mask tensors in all are kept, the oldest dropped first (a hit is one dict read, without a
-lock or a reordering).
+``torch.compile``, inside ``torch.func`` transforms, on ``meta`` tensors or while caching is off
+(``ATTNKIT_NO_CACHE=1``, :func:`attnkit.core.cache_keys.caches_disabled`). A mask holding more
+than :data:`MAX_HELD_ELEMENTS` tensor elements is not cached; at most :data:`MAX_ENTRIES` entries
+holding at most :data:`MAX_HELD_BYTES` of mask copies in all are kept, the oldest dropped first
+(a hit is one dict read and the content comparison, without a lock or a reordering).
 
 Values are not part of the signature: what depends on them (the NaN/inf checks) runs every call,
 in the backend. Backends may keep their own per-signature plans: ``AttentionCall.signature`` is the
@@ -39,27 +40,28 @@ from dataclasses import dataclass
 import torch
 
 from . import cost, registry
+from .cache_keys import Snapshot, enabled, freeze, same, snapshot
 from . import options as _options
 from .masks import Mask
 
-__all__ = ["Entry", "mask_state", "signature", "lookup", "next_serial", "store", "clear", "info", "MAX_ENTRIES"]
+__all__ = ["Entry", "mask_state", "signature", "lookup", "frozen", "next_serial", "store", "clear", "info", "MAX_ENTRIES"]
 
 MAX_ENTRIES = 64
-MAX_HELD_ELEMENTS = 1 << 21  # a mask holding a larger tensor is not cached (the cache would keep it alive)
-MAX_HELD_BYTES = 32 << 20  # mask tensors the entries keep alive, in all
-_HELD = 0  # bytes of mask tensors the entries hold now
+MAX_HELD_ELEMENTS = 1 << 21  # a mask holding a larger tensor is not cached (its copy and comparison cost as much as the work)
+MAX_HELD_BYTES = 32 << 20  # mask copies the entries keep, in all
+_HELD = 0  # bytes of mask copies the entries hold now
 _CACHE: dict[tuple, "Entry"] = {}  # insertion order: the oldest first
 _LOCK = threading.Lock()
 _STATS = {"hits": 0, "misses": 0}
 _SERIAL = itertools.count(1)
-_PLAIN = (int, float, str, bool, type(None), frozenset)  # mask attributes that are constants
 
 
 @dataclass(frozen=True)
 class Entry:
     """What a signature's first call worked out: the validated mask object (for a tensor mask, the
-    wrapper built then), score and scale, the chosen backend and its report (copied per call), and
-    the tensors the key names (held so their ids stay theirs)."""
+    wrapper built then; a hit wraps the live tensor again), score and scale, the chosen backend and
+    its report (copied per call), and copies of the mask's tensors as they were (``held``), which a
+    hit must match."""
 
     mask: Mask | None
     score: object
@@ -70,86 +72,74 @@ class Entry:
     serial: int  # this entry's number, never reused: AttentionCall.signature, backends' plan key
 
 
-def mask_state(m) -> tuple[tuple, list] | None:
-    """(a hashable description of mask ``m``, the tensors it names), or None when the mask may read
-    something a description cannot see (a custom predicate, a mask class defined outside attnkit).
-    Equal descriptions mean equal masks as long as the named tensors are alive: held by the caller."""
-    held: list = []
-    state = _mask_state(m, held)
-    return None if state is None else (state, held)
-
-
-def _mask_state(m, held: list) -> tuple | None:
-    """A hashable description of mask ``m`` (kind, constants, tensors by identity and version),
-    appending its tensors to ``held``; None when the mask may read something the key cannot see."""
+def mask_state(m) -> Snapshot | None:
+    """The snapshot of mask ``m`` (:func:`attnkit.core.cache_keys.snapshot`), or None when it may
+    not be cached: a custom predicate (validated every call), a mask class defined outside attnkit,
+    a non-bool or large tensor, or anything the snapshot cannot see through."""
     if isinstance(m, torch.Tensor):
         if m.dtype != torch.bool or m.numel() > MAX_HELD_ELEMENTS:
             return None
-        held.append(m)
-        return ("tensor", id(m), m._version, m.shape, m.stride(), m.device)
+    elif not _builtin_mask(m):
+        return None
+    snap = snapshot(m)
+    if snap is None or sum(t.numel() for t in snap.tensors) > MAX_HELD_ELEMENTS:
+        return None
+    return snap
+
+
+def _builtin_mask(m) -> bool:
+    """True for a mask made only of attnkit's own kinds, without a custom predicate anywhere."""
     cls = type(m)
     if not cls.__module__.startswith("attnkit.core.") or cls.__name__ == "CustomMask":
-        return None
-    state: list = [cls]
-    for name, val in vars(m).items():
-        if isinstance(val, _PLAIN):
-            state.append((name, val))
-        elif isinstance(val, torch.Tensor):
-            if val.numel() > MAX_HELD_ELEMENTS:
-                return None  # not kept alive by the cache: a large dense mask is validated every call
-            held.append(val)
-            state.append((name, id(val), val._version, val.shape, val.dtype, val.device))
-        elif isinstance(val, Mask):
-            inner = _mask_state(val, held)
-            if inner is None:
-                return None
-            state.append((name, inner))
-        elif isinstance(val, (list, tuple)) and all(isinstance(p, Mask) for p in val):
-            parts = [_mask_state(p, held) for p in val]
-            if any(p is None for p in parts):
-                return None
-            state.append((name, tuple(parts)))
-        else:
-            return None  # a callable or another object: its behaviour is not in the key
-    return tuple(state)
+        return False
+    parts = list(getattr(m, "parts", ()) or ()) + [i for i in (getattr(m, "inner", None),) if i is not None]
+    return all(_builtin_mask(p) for p in parts)
 
 
-def signature(q, k, v, mask, scale, backend) -> tuple[tuple, list] | None:
-    """(key, tensors the key names) for a plain call, or None when the call must take the slow path
+def signature(q, k, v, mask, scale, backend) -> tuple[tuple, Snapshot] | None:
+    """(key, the mask's snapshot) for a plain call, or None when the call must take the slow path
     (module docstring). The caller has already checked that score, bias, sinks, dropout, weights
     and the memory budget are at their defaults."""
     if type(q) is not torch.Tensor or type(k) is not torch.Tensor or type(v) is not torch.Tensor:
         return None
     if not isinstance(backend, str) or not (scale is None or type(scale) in (float, int)):
         return None
-    if q.is_meta or _compiling() or _wrapped(q):
+    if not enabled() or q.is_meta or _compiling() or _wrapped(q):
         return None
-    held: list = []
-    ms = None if mask is None else _mask_state(mask, held)
-    if mask is not None and ms is None:
+    snap = _NO_MASK if mask is None else mask_state(mask)
+    if snap is None:
         return None
     key = (
-        backend, ms, scale, q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(),
+        backend, snap.key, scale, q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(),
         q.dtype, k.dtype, v.dtype, q.device, k.device, v.device,
-        q.requires_grad, k.requires_grad, v.requires_grad, _grad_enabled(),
+        q.requires_grad, k.requires_grad, v.requires_grad, _grad_enabled(), _inference(),
         _options_here(), _cost_device(), registry.generation(),
     )
-    return key, held
+    return key, snap
 
 
+_NO_MASK = Snapshot((), ())
 # read once per call on the hit path: bound here, not looked up through their modules every time
 _compiling = torch.compiler.is_compiling
 _wrapped = torch._C._functorch.is_functorch_wrapped_tensor
 _grad_enabled = torch.is_grad_enabled
+_inference = torch.is_inference_mode_enabled
 _options_here = _options._current  # not tracing here (checked above), where _current() is current()
 _cost_device = cost.current_device
 
 
-def lookup(key: tuple) -> Entry | None:
+def lookup(key: tuple, snap: Snapshot) -> Entry | None:
+    """The entry of ``key`` when the mask's tensors still hold the content it was built for."""
     hit = _CACHE.get(key)  # one dict read, atomic: no lock on the hit path
-    if hit is not None:
-        _STATS["hits"] += 1  # approximate under threads; only info() reads it
+    if hit is None or (hit.held and not same(hit.held, snap)):
+        return None
+    _STATS["hits"] += 1  # approximate under threads; only info() reads it
     return hit
+
+
+def frozen(snap: Snapshot) -> tuple:
+    """The copies an :class:`Entry` keeps of the mask's tensors (:func:`attnkit.core.cache_keys.freeze`)."""
+    return freeze(snap) if snap.tensors else ()
 
 
 def next_serial() -> int:
@@ -158,7 +148,7 @@ def next_serial() -> int:
 
 
 def _held_bytes(entry: Entry) -> int:
-    return sum(t.numel() * t.element_size() for t in entry.held if isinstance(t, torch.Tensor))
+    return sum(t.numel() * t.element_size() for t in entry.held)
 
 
 def store(key: tuple, entry: Entry) -> None:

@@ -11,11 +11,13 @@ broadcast index tensors of :mod:`attnkit.core.indices`:
   (:func:`attnkit.core.tiles.block_all_any`) → EMPTY (nothing may attend), FULL (everything may),
   PARTIAL (the rest).
 
-The result is cached in a bounded LRU keyed by (predicate identity, the versions of the tensors
-its closure captures, L, S, B', H', tile bounds, device), so a model with many layers pays for it
-once per shape. This is why **the predicate must be pure**: the same indices give the same answer
-on every call. A captured tensor modified in place bumps its version and invalidates the entry; a
-predicate that reads other changing state (a global, a Python attribute) must be rebuilt.
+The result is cached in a bounded LRU keyed by a snapshot of everything the predicate reads (its
+code, closure cells, the globals its code names, a bound object's attributes, the content of every
+tensor among them: :mod:`attnkit.core.cache_keys`) and (L, S, B', H', tile bounds, device), so a
+model with many layers pays for it once per shape, and a rebound or edited capture is a new key.
+A predicate the snapshot cannot see through (it reads a user module, a file, a random generator)
+is evaluated every call, uncached. It must still be pure in its indices: the same state gives the
+same answer.
 
 :class:`TileMap` prints a tile grid like FlexAttention's ``BlockMask``: ``██`` full, ``░░`` partial,
 two spaces empty (:meth:`attnkit.core.masks.Mask.tile_map`).
@@ -31,17 +33,18 @@ from typing import Callable
 
 import torch
 
-from .identity_cache import IdentityLRU, owner_ref
+from .cache_keys import snapshot
+from .identity_cache import SnapshotLRU
 from .indices import index_grid
 from .tiles import EMPTY, FULL, PARTIAL, TileGrid, block_all_any
 
-__all__ = ["predicate_tile_states", "clear_cache", "cache_info", "captured_tensors", "captured_versions", "TileMap", "CHUNK_ELEMENTS", "CACHE_SIZE"]
+__all__ = ["predicate_tile_states", "clear_cache", "cache_info", "captured_tensors", "TileMap", "CHUNK_ELEMENTS", "CACHE_SIZE"]
 
 CHUNK_ELEMENTS = 1 << 22  # predicate results evaluated at once (4 Mi bools: 512 rows of an 8k grid)
 BASE = 64  # uniform grids whose tile sizes are multiples of BASE are derived from the BASE × BASE map
 CACHE_SIZE = 128  # tile maps kept (one per predicate, shape and tile size)
 
-_CACHE = IdentityLRU(lambda: CACHE_SIZE)  # key -> (weak reference to the predicate, codes)
+_CACHE = SnapshotLRU(lambda: CACHE_SIZE)  # key -> (the predicate's frozen tensors, codes)
 
 
 def predicate_tile_states(
@@ -56,8 +59,9 @@ def predicate_tile_states(
     rows and ``heads`` heads (pass 1 for an index the predicate does not read), cached."""
     dev = torch.device(device) if device is not None else torch.device("cpu")
     gkey = _grid_key(grid)
-    key = (id(fn), captured_versions(fn), grid.L, grid.S, batch, heads, gkey, str(dev))
-    hit = _CACHE.get(key, fn)
+    snap = snapshot(fn)
+    key = None if snap is None else (snap.key, grid.L, grid.S, batch, heads, gkey, str(dev))
+    hit = None if key is None else _CACHE.get(key, snap)
     if hit is not None:
         return hit
     if gkey[0] == "uniform" and gkey[1:] != (BASE, BASE) and gkey[1] % BASE == 0 and gkey[2] % BASE == 0:
@@ -69,7 +73,8 @@ def predicate_tile_states(
         codes = _evaluate_uniform(fn, grid.L, grid.S, gkey[1], gkey[2], batch, heads, dev)
     else:
         codes = _evaluate(fn, grid, batch, heads, dev)
-    _CACHE.put(key, owner_ref(fn), codes)
+    if key is not None:
+        _CACHE.put(key, snap, codes)
     return codes
 
 
@@ -192,12 +197,6 @@ def captured_tensors(fn: Callable) -> list[torch.Tensor]:
     values += list(getattr(fn, "__defaults__", None) or ())
     values += list(getattr(fn, "args", ()) or ()) + list((getattr(fn, "keywords", None) or {}).values())  # functools.partial
     return [v for v in values if isinstance(v, torch.Tensor)]
-
-
-def captured_versions(fn: Callable) -> tuple:
-    """(id, version) of every tensor the predicate captures, so an in-place change of one
-    (``doc_ids[5] = 2``) is a different cache key."""
-    return tuple((id(t), t._version) for t in captured_tensors(fn))
 
 
 def _cell_filled(cell) -> bool:

@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from . import cache_keys
+
 EMPTY, FULL, PARTIAL = 0, 1, 2
 
 
@@ -179,7 +181,7 @@ def kept_fraction(mask, L: int, S: int, block_q: int, block_kv: int) -> tuple[fl
     dispatch costs microseconds on the calls where a kernel takes only a few milliseconds."""
     if mask is None:
         return 1.0, 0.0
-    key = mask.cache_key
+    key = mask.cache_key if cache_keys.enabled() else None
     if key is not None:
         key = (key, L, S, block_q, block_kv)
         if key in _KEPT_CACHE:

@@ -64,7 +64,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ...core.identity_cache import IdentityLRU
+from ...core.identity_cache import SnapshotLRU
 from ...core.indices import index_grid
 from ...core.masks import values_readable
 from ...core.tiles import EMPTY, FULL, TileGrid
@@ -106,19 +106,19 @@ def custom_route_of(call, block_q: int | None = None, block_kv: int | None = Non
     return _cached_runs(mask, L, S)
 
 
-_CACHE = IdentityLRU(lambda: 256)  # (mask, L, S) -> CustomRoute
+_CACHE = SnapshotLRU(lambda: 256)  # (mask, L, S) -> CustomRoute
 
 
 def _cached_runs(mask, L: int, S: int) -> CustomRoute | None:
     """:func:`_runs` of ``mask``, kept per (mask, L, S) as :mod:`.route_cache` keeps segments."""
-    mkey, owner, ref = mask_key(mask)
+    mkey, snap = mask_key(mask)
     key = None if mkey is None else (mkey, L, S)
-    hit = None if key is None else _CACHE.get(key, owner)
+    hit = None if key is None else _CACHE.get(key, snap)
     if hit is not None:
         return hit
     route = _runs(mask, L, S)
     if route is not None and key is not None:
-        _CACHE.put(key, ref, route)
+        _CACHE.put(key, snap, route)
     return route
 
 

@@ -13,68 +13,64 @@ states cover every batch row and head):
 
 * a mask with a :attr:`~attnkit.core.masks.Mask.cache_key` (constants only: causal, windows,
   chunks, prefix-LM with an int prefix) by that key;
-* a custom predicate (:class:`~attnkit.core.mask_values.CustomMask`) by its function's identity,
-  the indices it reads, its device and the ``(id, _version)`` of every tensor its closure captures;
-* any other built-in mask (documents, padding, dense bool tensors, combinations of them) by its
-  identity and the ``(id, _version)`` of every tensor it holds, its parts' included
-  (:func:`attnkit.backends.sdpa_mask_cache._mask_tensors`), so an in-place edit of ``doc_ids``
-  or of the padding lengths' mask is a new key;
-* masks defined outside attnkit, and combinations holding a custom predicate, are not cached
-  (their values may depend on state no key can see).
+* any other mask (documents, padding, dense bool tensors, custom predicates, combinations) by its
+  :func:`~attnkit.core.cache_keys.snapshot`: every constant it and its parts hold (a window's
+  ``right`` edited inside ``padding & window`` is a new key), a predicate's code, closure cells
+  and globals, and the content of every tensor among them (compared against the entry's copies,
+  so rebinding, ``.data`` and NumPy writes miss);
+* masks the snapshot cannot see through are not cached (their values may depend on state no key
+  can see).
 
-Identity-keyed entries hold a weak reference to the object they were computed for and are used only
-while it is that object, so a new mask at a recycled address misses. At most :data:`CACHE_ENTRIES`
-entries are kept, least recently used dropped first; each holds a tuple of ints of O(L/256 · S/256).
+At most :data:`CACHE_ENTRIES` entries are kept, least recently used dropped first; each holds a
+tuple of ints of O(L/256 · S/256) and copies of the mask's tensors.
 """
 
 from __future__ import annotations
 
 
-from ...core.identity_cache import IdentityLRU, no_owner, owner_ref
-from ...core.mask_values import CustomMask
-from ...core.tile_map import captured_versions
-from ..sdpa_mask_cache import _mask_tensors
+from ...core.cache_keys import Snapshot, enabled, snapshot
+from ...core.identity_cache import SnapshotLRU
 from .fused_tiles import Segments, segments_of
 
 __all__ = ["cached_segments", "clear_cache", "cache_info", "CACHE_ENTRIES"]
 
 CACHE_ENTRIES = 256  # (mask, L, S) entries kept
 
-_CACHE = IdentityLRU(lambda: CACHE_ENTRIES)  # key -> (identity check, segments)
+_CACHE = SnapshotLRU(lambda: CACHE_ENTRIES)  # key -> (the mask's frozen tensors, segments)
 
 
 
-def mask_key(mask) -> tuple[tuple | None, object, object]:
-    """(hashable key or None when ``mask`` may not be cached, the object the entry must still find,
-    a function returning it now: a weak reference, or one returning None for value-keyed masks)."""
+_NO_TENSORS = Snapshot((), ())
+
+
+def mask_key(mask) -> tuple[tuple | None, Snapshot]:
+    """(hashable key or None when ``mask`` may not be cached, the snapshot whose tensors an entry
+    compares): a value key for constant masks, else the mask's snapshot."""
+    if not enabled():
+        return None, _NO_TENSORS
     key = mask.cache_key
     if key is not None:
-        return ("key", key), None, no_owner
-    if type(mask) is CustomMask:
-        fn = mask.fn
-        versions = captured_versions(fn)
-        # its tile states also depend on the indices it reads (all PARTIAL when it reads b) and its device
-        return ("custom", id(fn), tuple(sorted(mask.dims)), str(mask.device), versions), fn, owner_ref(fn)
-    tensors = _mask_tensors(mask)
-    if tensors is None:
-        return None, None, no_owner
-    return ("object", id(mask), tuple((id(t), t._version) for t in tensors)), mask, owner_ref(mask)
+        return ("key", key), _NO_TENSORS
+    snap = snapshot(mask)
+    if snap is None:
+        return None, _NO_TENSORS
+    return ("snapshot", snap.key), snap
 
 
 def cached_segments(mask, L: int, S: int) -> Segments | None:
-    """:func:`.fused_tiles.segments_of` of ``mask`` for an (L, S) call, from the cache when the same
-    mask (same key, or the same unchanged object) was read for the same L and S."""
-    mkey, owner, ref = mask_key(mask)
+    """:func:`.fused_tiles.segments_of` of ``mask`` for an (L, S) call, from the cache when an equal
+    mask (same key, same tensor contents) was read for the same L and S."""
+    mkey, snap = mask_key(mask)
     if mkey is None:
         return segments_of(mask, L, S)
     key = (mkey, L, S)
-    hit = _CACHE.get(key, owner)
+    hit = _CACHE.get(key, snap)
     if hit is not None:
         return hit
     segs = segments_of(mask, L, S)
     if segs is None:  # tile states unreadable here (meta, tracing): nothing to keep
         return None
-    _CACHE.put(key, ref, segs)
+    _CACHE.put(key, snap, segs)
     return segs
 
 

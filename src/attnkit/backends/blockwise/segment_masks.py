@@ -8,10 +8,11 @@ and every step. So, like the mask's tile map (:mod:`attnkit.core.tile_map`), a s
 kept in a bounded LRU cache keyed by
 
 * the mask: a built-in mask by its :attr:`~attnkit.core.masks.Mask.cache_key` (constants only); a
-  custom predicate by its identity *and* the versions of the tensors its closure captures (an
-  in-place change of a captured ``doc_ids`` is a new key; another function object is a new key even
-  at a reused address: the entry keeps a weak reference and is checked against it);
-  any other mask (a dense tensor, a captured-tensor built-in) is evaluated every call, uncached;
+  custom predicate by its :func:`~attnkit.core.cache_keys.snapshot` (its code, closure cells,
+  globals and bound object; every tensor among them compared by content against the entry's
+  copies, so a rebound, edited or ``.data``-written capture misses); any other mask (a dense
+  tensor, a captured-tensor built-in) and a predicate the snapshot cannot see through are
+  evaluated every call, uncached;
 * the call's L, S, batch rows (a predicate that reads ``b``), kv heads, dtype and device;
 * the segment's query and key range.
 
@@ -34,10 +35,9 @@ from typing import Callable
 
 import torch
 
-from ...core.identity_cache import no_owner, owner_ref
+from ...core.cache_keys import Snapshot, enabled, freeze, same, snapshot
 from ...core.mask_values import CustomMask
 from ...core.masks import values_readable
-from ...core.tile_map import captured_versions
 from .leaks import live_keys
 
 __all__ = ["SegmentMask", "segment_masks", "segment_mask", "clear_cache", "cache_info", "CACHE_BYTES", "CACHE_ENTRIES"]
@@ -67,20 +67,23 @@ class SegmentMask:
 
 
 _LOCK = threading.Lock()
-_ENTRIES: OrderedDict[tuple, tuple[object, tuple]] = OrderedDict()  # key -> (mask identity check, content key)
+_ENTRIES: OrderedDict[tuple, tuple[tuple, tuple]] = OrderedDict()  # key -> (the mask's frozen tensors, content key)
 _STORE: dict[tuple, list] = {}  # content key -> [SegmentMask, number of entries using it]
 _STATS = {"hits": 0, "misses": 0, "bytes": 0}
 
 
 def segment_masks(mask, L: int, S: int, *, batch: int, kv_heads: int, dtype, device) -> Callable[[tuple, tuple], SegmentMask]:
     """A function ``(q_range, kv_range) -> SegmentMask`` for one call: the mask's key (and its
-    captured tensors' versions) is read once here, the segments' masks come from the cache."""
-    mkey, check = _mask_key(mask)
+    snapshot) is read once here, the segments' masks come from the cache. Inference mode is part
+    of every key: its tensors must never reach a call under autograd."""
+    mkey, snap = _mask_key(mask)
     nb = batch if "b" in mask.dims else 1
-    base = None if mkey is None else (mkey, L, S, nb, kv_heads, dtype, str(device))
+    base = None if mkey is None else (mkey, L, S, nb, kv_heads, dtype, str(device), torch.is_inference_mode_enabled())
+
+    frozen: list = []  # the snapshot's tensors copied once for all of this call's new entries
 
     def get(q_range: tuple[int, int], kv_range: tuple[int, int]) -> SegmentMask:
-        return _cached(mask, base, check, q_range, kv_range, L, S, nb, kv_heads, dtype, device)
+        return _cached(mask, base, snap, frozen, q_range, kv_range, L, S, nb, kv_heads, dtype, device)
 
     return get
 
@@ -90,12 +93,12 @@ def segment_mask(mask, q_range, kv_range, L: int, S: int, *, batch: int, kv_head
     return segment_masks(mask, L, S, batch=batch, kv_heads=kv_heads, dtype=dtype, device=device)(q_range, kv_range)
 
 
-def _cached(mask, base, check, q_range, kv_range, L, S, nb, kv_heads, dtype, device) -> SegmentMask:
+def _cached(mask, base, snap, frozen, q_range, kv_range, L, S, nb, kv_heads, dtype, device) -> SegmentMask:
     key = None if base is None else (*base, *q_range, *kv_range)
     if key is not None:
         with _LOCK:
             hit = _ENTRIES.get(key)
-            if hit is not None and hit[0]() is check():
+            if hit is not None and same(hit[0], snap):
                 _ENTRIES.move_to_end(key)
                 _STATS["hits"] += 1
                 return _STORE[hit[1]][0]
@@ -103,7 +106,7 @@ def _cached(mask, base, check, q_range, kv_range, L, S, nb, kv_heads, dtype, dev
     if key is None or not values_readable(allowed):
         return _build(allowed, kv_heads, dtype)
     allowed = allowed.contiguous()
-    ckey = (tuple(allowed.shape), _digest(allowed), kv_heads, dtype, str(device))
+    ckey = (tuple(allowed.shape), _digest(allowed), kv_heads, dtype, str(device), torch.is_inference_mode_enabled())
     with _LOCK:
         _STATS["misses"] += 1
         stored = _STORE.get(ckey)
@@ -118,7 +121,9 @@ def _cached(mask, base, check, q_range, kv_range, L, S, nb, kv_heads, dtype, dev
         if slot[1] == 0:
             _STATS["bytes"] += seg.nbytes
         slot[1] += 1
-        _ENTRIES[key] = (check, ckey)
+        if not frozen:
+            frozen.append(freeze(snap))
+        _ENTRIES[key] = (frozen[0], ckey)
         while _ENTRIES and (_STATS["bytes"] > CACHE_BYTES or len(_ENTRIES) > CACHE_ENTRIES):
             _drop(next(iter(_ENTRIES)))
         return slot[0]
@@ -175,15 +180,18 @@ def _digest(allowed: torch.Tensor) -> int:
     return hash(allowed.cpu().numpy().tobytes())
 
 
-def _mask_key(mask) -> tuple[tuple | None, object]:
-    """(hashable key of the mask or None when it cannot be cached, a callable giving the object the
-    entry must still find: the predicate itself for a custom mask)."""
+_NO_TENSORS = Snapshot((), ())
+
+
+def _mask_key(mask) -> tuple[tuple | None, Snapshot]:
+    """(hashable key of the mask or None when it cannot be cached, the snapshot whose tensors an
+    entry compares by content)."""
+    if not enabled():
+        return None, _NO_TENSORS
     if type(mask) is CustomMask and not (mask.dims & {"h"}):
-        fn = mask.fn
-        versions = captured_versions(fn)
-        return ("custom", id(fn), versions), owner_ref(fn)
+        snap = snapshot(mask.fn)
+        return (None, _NO_TENSORS) if snap is None else (("custom", snap.key), snap)
     key = getattr(mask, "cache_key", None)
     if key is not None:
-        return ("mask", key), no_owner
-    return None, no_owner
-
+        return ("mask", key), _NO_TENSORS
+    return None, _NO_TENSORS
