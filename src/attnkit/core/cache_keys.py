@@ -88,10 +88,10 @@ class _Uncacheable(Exception):
     """Raised inside the walk when something it meets cannot be keyed."""
 
 
-def snapshot(obj) -> Snapshot | None:
+def snapshot(obj, *, for_cache: bool = True) -> Snapshot | None:
     """The :class:`Snapshot` of ``obj`` (a mask, a predicate, any object a cache is asked about),
-    or None when caching is off or part of it cannot be keyed (module docstring)."""
-    if _OFF[0] or torch.compiler.is_compiling():
+    or None when part of it cannot be keyed (module docstring) or, ``for_cache``, caching is off."""
+    if (_OFF[0] and for_cache) or torch.compiler.is_compiling():
         return None
     walk = _Walk()
     try:

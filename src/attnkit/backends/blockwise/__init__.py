@@ -113,6 +113,7 @@ from .fused_function import route_of, run_fused
 from .fused_custom import custom_route_of, run_custom
 from .fused_relative import relative_route_of, run_relative
 from .leaks import live_key_rows
+from .mask_witness import witness
 from .params import _bias_params
 from .plan import _Plan
 from .weights import _weights
@@ -193,7 +194,7 @@ def blockwise_attention(
     for name, val in (("block_q", block_q), ("block_kv", block_kv)):  # checked before `or` could read 0 as "automatic"
         if val is not None and (isinstance(val, bool) or not isinstance(val, int) or val <= 0):
             raise ValueError(f"{name} must be a positive int tile size or None (automatic), got {val!r}")
-    res = _blockwise(call, block_q, block_kv, seed)
+    res = witness(call, _blockwise(call, block_q, block_kv, seed))
     path = res.route or "Python tile loop"  # the path that ran (fused kernel, bias route, tile loop)
     if needs_exact(call):
         path = "the reference's computation (non-finite inputs)"
@@ -270,7 +271,7 @@ def _blockwise(call: AttentionCall, block_q: int | None, block_kv: int | None, s
 
 
 def run(call: AttentionCall) -> BackendResult:
-    return _blockwise(call, None, None, None)
+    return witness(call, _blockwise(call, None, None, None))  # the backward raises if the mask changes before it runs
 
 
 def supports(call: AttentionCall) -> str | None:
