@@ -13,6 +13,7 @@ Shape legend: L queries, S keys; nq, nk the BLOCK-row and BLOCK-column tile coun
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections import OrderedDict
 
@@ -91,9 +92,11 @@ def cached_block_mask(mask, L: int, S: int, device: torch.device):
     (causal, windows, chunks) under that key; for the others (documents, custom predicates, padding)
     under the mask object (held, so its id is not reused: the BlockMask's ``mask_mod`` reads that very
     object) while its snapshot (:mod:`attnkit.core.cache_keys`: constants, closures, globals, tensor
-    contents) is unchanged. Never shared between two mask objects: each BlockMask's ``mask_mod`` reads
-    its own mask's live state. A mask the snapshot cannot see through, or any mask while caching is
-    off, is built afresh (its tile map may still come from :mod:`attnkit.core.tile_map`)."""
+    contents) is unchanged; and under a custom predicate's cached tile map (the same tensor object
+    while the predicate's snapshot is unchanged, so a predicate passed as a new mask object each call
+    still hits), whose block lists are shared with the new mask's own ``mask_mod`` (a BlockMask's
+    ``mask_mod`` always reads its own mask's live state). A mask the snapshot cannot see through, or
+    any mask while caching is off, is built afresh."""
     if mask is None:
         return None
     if not enabled():
@@ -109,7 +112,18 @@ def cached_block_mask(mask, L: int, S: int, device: torch.device):
     hit = _lookup(*keys[0])
     if hit is not None:
         return hit
-    bm = block_mask(mask, L, S, device)
+    codes = None
+    if mask.cache_key is None:
+        grid = TileGrid.uniform(L, S, BLOCK, BLOCK)
+        codes = mask.tile_states(grid)
+        keys.append((("tile map", id(codes), L, S, dev, torch.is_inference_mode_enabled()), codes, None))
+        hit = _lookup(*keys[1])
+        codes = codes.expand(grid.shape)
+    if hit is not None:  # the same tile map (a predicate equal to another object's): its block lists, this mask's mask_mod
+        bm = copy.copy(hit)
+        bm.mask_mod = mask.predicate(L, S)
+    else:
+        bm = block_mask(mask, L, S, device, codes)
     with _LOCK:
         for key, anchor, snap in keys:
             _BLOCK_MASKS[key] = (anchor, bm, () if snap is None else freeze(snap))
