@@ -1,12 +1,13 @@
-"""No cache or mode may change an answer: the cache findings of issue 36 as regression tests.
+"""No cache or mode may change an answer: the ways caches went wrong, as regression tests.
 
 Each test repeats a pattern users write every day (evaluation under ``torch.inference_mode()``, a
 predicate whose captured variable, global or bound object changes between calls, a part of a
 combined mask edited, mask data written through ``.data`` or NumPy, a mask edited between forward
 and backward) and compares every backend with a fresh ``reference`` computation of the same call
-(the reference backend keeps no cache). On fe93272 each of these failed: stale outputs (errors up
-to 2), "Inference tensors do not track version counter", "cannot be saved for backward", or a
-gradient matching neither mask.
+(the reference backend keeps no cache). What they guard against: caches keyed by ``id()`` and
+``_version`` served stale outputs (errors up to 2), crashed on inference tensors ("Inference tensors
+do not track version counter"), handed inference tensors to training ("cannot be saved for
+backward"), and a backward re-read an edited mask (a gradient matching neither mask).
 
 Shape legend: q, k, v (B, H, n, E).
 """
@@ -89,7 +90,7 @@ def test_an_evaluation_in_inference_mode_does_not_poison_later_training(kind, ba
     with torch.inference_mode():
         attnkit.attention(q, k, v, mask=mask, backend=backend)
     out = attnkit.attention(q, k, v, mask=mask, backend=backend).out
-    out.square().sum().backward()  # fe93272: "Inference tensors cannot be saved for backward"
+    out.square().sum().backward()  # must not meet a cached inference tensor ("cannot be saved for backward")
     ref = [t.detach().clone().requires_grad_() for t in (q, k, v)]
     attnkit.attention(*ref, mask=mask, backend="reference").out.square().sum().backward()
     for got, want in zip((q, k, v), ref):

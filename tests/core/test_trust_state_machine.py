@@ -1,4 +1,4 @@
-"""Hunting the class of issue 36, not only its cases: random call sequences, cached against uncached.
+"""Hunting the whole class of stale-cache bugs, not only known cases: random call sequences, cached against uncached.
 
 A hypothesis state machine holds the state masks read (document ids, padding lengths, a dense bool
 tensor shared with NumPy, a closure's int and tensor, a module global, a list, a bound object's
