@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import enum
 import functools
 import os
 import sys
@@ -45,7 +46,7 @@ from typing import Iterator
 
 import torch
 
-__all__ = ["Snapshot", "snapshot", "freeze", "same", "enabled", "caches_disabled", "MAX_NODES", "MAX_ELEMENTS"]
+__all__ = ["Snapshot", "snapshot", "freeze", "same", "enabled", "caches_disabled", "cell_filled", "MAX_NODES", "MAX_ELEMENTS"]
 
 MAX_NODES = 512  # objects one snapshot may walk; a larger structure is not cached
 MAX_ELEMENTS = 1 << 21  # tensor elements one snapshot may copy and compare; beyond, not cached
@@ -168,6 +169,8 @@ class _Walk:
             return ("bound builtin", getattr(obj, "__name__", None), type(owner), self.visit(owner))
         if isinstance(obj, type):
             return self._class(obj)
+        if isinstance(obj, enum.Enum):
+            return ("enum", type(obj), obj.name)  # members are constants (walking one would meet its class's member map)
         if _is_numpy(obj):
             return self._numpy(obj)
         if isinstance(obj, torch.Tensor):
@@ -184,7 +187,7 @@ class _Walk:
         return ("tensor", t.shape, t.dtype, t.stride(), t.device, t.requires_grad)
 
     def _function(self, fn: types.FunctionType) -> tuple:
-        cells = tuple(self.visit(c.cell_contents) if _filled(c) else ("empty cell",) for c in fn.__closure__ or ())
+        cells = tuple(self.visit(c.cell_contents) if cell_filled(c) else ("empty cell",) for c in fn.__closure__ or ())
         glob = fn.__globals__
         names = []
         for name in sorted(_global_names(fn.__code__)):
@@ -237,7 +240,8 @@ def _global_names(code: types.CodeType) -> set[str]:
     return names
 
 
-def _filled(cell) -> bool:
+def cell_filled(cell) -> bool:
+    """True when a closure cell holds a value (a cell not yet assigned raises on reading)."""
     try:
         cell.cell_contents
     except ValueError:  # a cell not yet assigned

@@ -33,7 +33,7 @@ from typing import Callable
 
 import torch
 
-from .cache_keys import snapshot
+from .cache_keys import cell_filled, snapshot
 from .identity_cache import SnapshotLRU
 from .indices import index_grid
 from .tiles import EMPTY, FULL, PARTIAL, TileGrid, block_all_any
@@ -193,19 +193,10 @@ def _grid_key(grid: TileGrid) -> tuple:
 def captured_tensors(fn: Callable) -> list[torch.Tensor]:
     """The tensors a function's closure, defaults or ``functools.partial`` arguments hold."""
     cells = getattr(fn, "__closure__", None) or ()
-    values = [c.cell_contents for c in cells if _cell_filled(c)]
+    values = [c.cell_contents for c in cells if cell_filled(c)]
     values += list(getattr(fn, "__defaults__", None) or ())
     values += list(getattr(fn, "args", ()) or ()) + list((getattr(fn, "keywords", None) or {}).values())  # functools.partial
     return [v for v in values if isinstance(v, torch.Tensor)]
-
-
-def _cell_filled(cell) -> bool:
-    try:
-        cell.cell_contents
-    except ValueError:  # a cell not yet assigned
-        return False
-    return True
-
 
 
 # printing ----------------------------------------------------------------------------------------
