@@ -54,6 +54,8 @@ _TRUSTED_ROOTS = frozenset({"torch", "math", "numpy", "operator", "functools", "
                             "itertools", "collections", "typing", "cmath", "numbers", "enum"})
 _PLAIN = (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device, torch.Size,
           torch.memory_format, torch.layout, range, type(Ellipsis))
+_PLAIN_TYPES = frozenset(t for t in _PLAIN if t is not range)  # exact types, one set lookup
+_LIBRARY_OBJECTS: set[type] = set()  # attnkit classes met so far, walked by their __dict__ alone
 _STABLE_CALLABLES = (types.BuiltinFunctionType, types.WrapperDescriptorType, types.MethodDescriptorType,
                      types.MethodWrapperType, type(torch.ops.aten.add))
 _SKIPPED_CLASS_ATTRS = frozenset({"__dict__", "__weakref__", "__module__", "__doc__", "__qualname__",
@@ -92,14 +94,19 @@ class _Uncacheable(Exception):
 def snapshot(obj, *, for_cache: bool = True) -> Snapshot | None:
     """The :class:`Snapshot` of ``obj`` (a mask, a predicate, any object a cache is asked about),
     or None when part of it cannot be keyed (module docstring) or, ``for_cache``, caching is off."""
-    if (_OFF[0] and for_cache) or torch.compiler.is_compiling():
+    if (_OFF[0] and for_cache) or _compiling():
         return None
     walk = _Walk()
     try:
         key = walk.visit(obj)
     except (_Uncacheable, RecursionError):
         return None
-    return Snapshot((torch.is_inference_mode_enabled(), key), tuple(walk.tensors))
+    return Snapshot((_inference(), key), tuple(walk.tensors))
+
+
+_compiling = torch.compiler.is_compiling  # bound once: snapshot() runs on every cached call
+_inference = torch.is_inference_mode_enabled
+_BITWISE_BYTES = 4096  # from this size a tensor is compared as int64 words (bool compares ~8x slower)
 
 
 def freeze(snap: Snapshot) -> tuple:
@@ -113,8 +120,9 @@ def same(frozen: tuple, snap: Snapshot) -> bool:
     if len(frozen) != len(snap.tensors):
         return False
     for old, now in zip(frozen, snap.tensors):
-        if old.is_contiguous() and now.is_contiguous() and (old.numel() * old.element_size()) % 8 == 0 and old.numel():
-            old, now = old.reshape(-1).view(torch.int64), now.detach().reshape(-1).view(torch.int64)  # bitwise, 8 bytes at a time
+        nbytes = old.numel() * old.element_size()
+        if nbytes >= _BITWISE_BYTES and nbytes % 8 == 0 and old.is_contiguous() and now.is_contiguous():
+            old, now = old.reshape(-1).view(torch.int64), now.detach().reshape(-1).view(torch.int64)
         if not torch.equal(old, now):  # floats: a NaN never equals itself, so such an entry never hits (safe)
             return False
     return True
@@ -130,11 +138,18 @@ class _Walk:
         self.path: set[int] = set()
 
     def visit(self, obj) -> object:
+        kind = type(obj)
+        if kind in _PLAIN_TYPES:
+            return (kind, obj)
         self.nodes += 1
         if self.nodes > MAX_NODES:
             raise _Uncacheable
+        if kind is torch.Tensor or kind is torch.nn.Parameter:
+            return self._tensor(obj)
+        if kind in _LIBRARY_OBJECTS:  # attnkit's own masks and the like: their attributes are their state
+            return (kind, tuple((name, self.visit(val)) for name, val in obj.__dict__.items()))
         if isinstance(obj, _PLAIN):
-            return (type(obj), obj)
+            return (kind, obj)
         if id(obj) in self.path:
             raise _Uncacheable  # a cycle (a function capturing itself, a list holding itself)
         self.path.add(id(obj))
@@ -227,6 +242,9 @@ class _Walk:
         state = getattr(obj, "__dict__", None)
         if state is None or getattr(type(obj), "__slots__", None) or isinstance(obj, (types.GeneratorType, types.CodeType)):
             raise _Uncacheable
+        if type(obj).__module__.startswith("attnkit."):
+            _LIBRARY_OBJECTS.add(type(obj))  # from now on straight from visit(), in this same form
+            return (type(obj), tuple((name, self.visit(val)) for name, val in state.items()))
         cls = self._class(type(obj))
         return ("object", cls, tuple((name, self.visit(val)) for name, val in state.items()))
 

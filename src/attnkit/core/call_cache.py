@@ -90,10 +90,17 @@ def mask_state(m) -> Snapshot | None:
 def _builtin_mask(m) -> bool:
     """True for a mask made only of attnkit's own kinds, without a custom predicate anywhere."""
     cls = type(m)
-    if not cls.__module__.startswith("attnkit.core.") or cls.__name__ == "CustomMask":
+    ok = _KINDS.get(cls)
+    if ok is None:
+        ok = _KINDS[cls] = cls.__module__.startswith("attnkit.core.") and cls.__name__ != "CustomMask"
+    if not ok:
         return False
-    parts = list(getattr(m, "parts", ()) or ()) + [i for i in (getattr(m, "inner", None),) if i is not None]
-    return all(_builtin_mask(p) for p in parts)
+    state = m.__dict__
+    parts, inner = state.get("parts"), state.get("inner")
+    return (parts is None or all(_builtin_mask(p) for p in parts)) and (inner is None or _builtin_mask(inner))
+
+
+_KINDS: dict[type, bool] = {}  # mask class -> one of attnkit's own kinds (not a custom predicate)
 
 
 def signature(q, k, v, mask, scale, backend) -> tuple[tuple, Snapshot] | None:
