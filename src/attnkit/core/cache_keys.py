@@ -41,8 +41,7 @@ import os
 import sys
 import types
 from collections import OrderedDict
-from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterator, NamedTuple
 
 import torch
 
@@ -78,10 +77,10 @@ def caches_disabled() -> Iterator[None]:
         _OFF[0] = old
 
 
-@dataclass(frozen=True, eq=False)
-class Snapshot:
+class Snapshot(NamedTuple):
     """``key``: hashable, every constant of the walk (tensors as shape, dtype, strides, device);
-    ``tensors``: the live tensors the walk met, in order, whose content an entry compares."""
+    ``tensors``: the live tensors the walk met, in order, whose content an entry compares. (A named
+    tuple: built on every cached call, it must be cheap.)"""
 
     key: tuple
     tensors: tuple
@@ -106,6 +105,8 @@ def snapshot(obj, *, for_cache: bool = True) -> Snapshot | None:
 
 _compiling = torch.compiler.is_compiling  # bound once: snapshot() runs on every cached call
 _inference = torch.is_inference_mode_enabled
+_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
+_STRIDED = torch.strided
 _BITWISE_BYTES = 4096  # from this size a tensor is compared as int64 words (bool compares ~8x slower)
 
 
@@ -147,9 +148,10 @@ class _Walk:
         if kind is torch.Tensor or kind is torch.nn.Parameter:
             return self._tensor(obj)
         if kind in _LIBRARY_OBJECTS:  # attnkit's own masks and the like: their attributes are their state
-            return (kind, tuple((name, self.visit(val)) for name, val in obj.__dict__.items()))
-        if isinstance(obj, _PLAIN):
-            return (kind, obj)
+            return (kind, *[(name, type(val), val) if type(val) in _PLAIN_TYPES else (name, self.visit(val))
+                            for name, val in obj.__dict__.items()])
+        if isinstance(obj, _PLAIN) or (kind is frozenset and all(type(x) in _PLAIN_TYPES for x in obj)):
+            return (kind, obj)  # a mask's dims, frozenset({"b"}), is a constant
         if id(obj) in self.path:
             raise _Uncacheable  # a cycle (a function capturing itself, a list holding itself)
         self.path.add(id(obj))
@@ -193,7 +195,7 @@ class _Walk:
         return self._object(obj)
 
     def _tensor(self, t: torch.Tensor) -> tuple:
-        if t.is_meta or torch._C._functorch.is_functorch_wrapped_tensor(t) or t.layout != torch.strided:
+        if t.is_meta or _wrapped(t) or t.layout != _STRIDED:
             raise _Uncacheable
         self.elements += t.numel()
         if self.elements > MAX_ELEMENTS:
@@ -244,7 +246,7 @@ class _Walk:
             raise _Uncacheable
         if type(obj).__module__.startswith("attnkit."):
             _LIBRARY_OBJECTS.add(type(obj))  # from now on straight from visit(), in this same form
-            return (type(obj), tuple((name, self.visit(val)) for name, val in state.items()))
+            return self.visit(obj)
         cls = self._class(type(obj))
         return ("object", cls, tuple((name, self.visit(val)) for name, val in state.items()))
 

@@ -81,10 +81,7 @@ def mask_state(m) -> Snapshot | None:
             return None
     elif not _builtin_mask(m):
         return None
-    snap = snapshot(m)
-    if snap is None or sum(t.numel() for t in snap.tensors) > MAX_HELD_ELEMENTS:
-        return None
-    return snap
+    return snapshot(m)  # None past cache_keys.MAX_ELEMENTS (== MAX_HELD_ELEMENTS) tensor elements
 
 
 def _builtin_mask(m) -> bool:
