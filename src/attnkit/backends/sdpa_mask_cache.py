@@ -126,13 +126,21 @@ def prepared(mask, B: int, H: int, Hkv: int, L: int, S: int, q: torch.Tensor) ->
                 _CACHE.move_to_end(key)
         return hit
     entry = _build(mask, B, H, Hkv, L, S, q.device)
-    if entry.allowed.numel() <= MAX_ELEMENTS:
+    if entry.allowed.numel() <= MAX_ELEMENTS and not _aliases(entry, snap.tensors):
         entry.held = freeze(snap)
         with _LOCK:
             _CACHE[key] = entry
             while len(_CACHE) > MAX_ENTRIES:
                 _CACHE.popitem(last=False)
     return entry
+
+
+def _aliases(entry: Prepared, tensors: tuple) -> bool:
+    """True when a prepared tensor shares memory with the mask's own (a view of a dense mask): a
+    later edit of the mask would change the entry under its frozen copy, so it is not cached."""
+    ptrs = {t.untyped_storage().data_ptr() for t in tensors}
+    mine = (entry.allowed, entry.kernel_mask, entry.dead, entry.empty_rows)
+    return any(t is not None and t.untyped_storage().data_ptr() in ptrs for t in mine)
 
 
 def dead_keys_inert(call, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:

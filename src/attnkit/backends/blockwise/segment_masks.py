@@ -105,7 +105,7 @@ def _cached(mask, base, snap, frozen, q_range, kv_range, L, S, nb, kv_heads, dty
     allowed = mask.evaluate(q_range, kv_range, L, S, batch=nb, heads=1, device=device)  # (nb, 1, l, s)
     if key is None or not values_readable(allowed):
         return _build(allowed, kv_heads, dtype)
-    allowed = allowed.contiguous()
+    allowed = allowed.clone(memory_format=torch.contiguous_format)  # never a view of the predicate's own tensors
     ckey = (tuple(allowed.shape), _digest(allowed), kv_heads, dtype, str(device), torch.is_inference_mode_enabled())
     with _LOCK:
         _STATS["misses"] += 1
