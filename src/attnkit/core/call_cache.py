@@ -26,8 +26,8 @@ than :data:`MAX_HELD_ELEMENTS` tensor elements is not cached; at most :data:`MAX
 holding at most :data:`MAX_HELD_BYTES` of mask copies in all are kept, the oldest dropped first
 (a hit is one dict read and the content comparison, without a lock or a reordering).
 
-Values are not part of the signature: what depends on them (the NaN/inf checks) runs every call,
-in the backend. Backends may keep their own per-signature plans: ``AttentionCall.signature`` is the
+The values of q, k and v are not part of the signature: what depends on them (the NaN/inf checks)
+runs every call, in the backend. Backends may keep their own per-signature plans: ``AttentionCall.signature`` is the
 entry's serial number, an int never given to another entry (None when the call took the slow path).
 """
 

@@ -89,7 +89,8 @@ class CustomMask(Mask):
 
     Tiles: a predicate that reads neither ``b`` nor ``h`` gets tile skipping like the built-in
     masks, its tile states computed once per shape by evaluating it on the grid and cached
-    (:mod:`attnkit.core.tile_map`), so it must be pure. One that reads ``b`` or ``h`` has every tile
+    (:mod:`attnkit.core.tile_map`) under a snapshot of what it reads (its closure cells, globals,
+    bound object and their tensors' contents), so a changed capture is a new map. One that reads ``b`` or ``h`` has every tile
     evaluated (the sizes of b and h are not known to a tile grid).
     """
 
