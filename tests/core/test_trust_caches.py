@@ -282,3 +282,32 @@ def test_a_mask_edited_between_forward_and_backward_raises_like_torch(kind, edit
     (doc if edit == "in place" else doc.data).copy_(_docs(1))
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         out.sum().backward()
+
+
+# the switch ------------------------------------------------------------------------------------------
+def test_caches_disabled_computes_every_call_afresh():
+    from attnkit.core import cache_keys, call_cache, tile_map
+
+    q, k, v = _qkv()
+    mask = M.custom(lambda b, h, q_, kv: kv <= q_, depends_on=())
+    call_cache.clear()
+    tile_map.clear_cache()
+    with cache_keys.caches_disabled():
+        assert not cache_keys.enabled()
+        for _ in range(3):
+            attnkit.attention(q, k, v, mask=M.padding_mask([N, 9], N))
+            attnkit.attention(q, k, v, mask=mask, backend="blockwise")
+    assert cache_keys.enabled()
+    assert call_cache.info()["hits"] == 0 and tile_map.cache_info()["hits"] == tile_map.cache_info()["size"] == 0
+
+
+def test_the_environment_variable_turns_the_caches_off():
+    import os
+    import subprocess
+    import sys
+
+    code = ("import torch, attnkit; from attnkit.core import cache_keys, call_cache; q = torch.randn(1, 1, 8, 4); "
+            "[attnkit.attention(q, q, q) for _ in range(3)]; print(cache_keys.enabled(), call_cache.info()['hits'])")
+    env = {**os.environ, "ATTNKIT_NO_CACHE": "1", "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert res.stdout.split() == ["False", "0"], res.stderr
