@@ -197,6 +197,10 @@ class _Walk:
     def _tensor(self, t: torch.Tensor) -> tuple:
         if t.is_meta or _wrapped(t) or t.layout != _STRIDED:
             raise _Uncacheable
+        ptr = (t.data_ptr(), t.shape, t.stride(), t.dtype)
+        for i, seen in enumerate(self.tensors):  # the same view met again (a document mask's q_ids = kv_ids): compared once
+            if (seen.data_ptr(), seen.shape, seen.stride(), seen.dtype) == ptr and seen.device == t.device:
+                return ("same tensor as", i, t.requires_grad)
         self.elements += t.numel()
         if self.elements > MAX_ELEMENTS:
             raise _Uncacheable
@@ -204,6 +208,9 @@ class _Walk:
         return ("tensor", t.shape, t.dtype, t.stride(), t.device, t.requires_grad)
 
     def _function(self, fn: types.FunctionType) -> tuple:
+        module = fn.__module__ or ""
+        if fn.__closure__ is None and _trusted_name(module) and not module.startswith("attnkit"):
+            return ("library function", fn)  # torch.nn.functional.pad and the like: code and globals are the library's
         cells = tuple(self.visit(c.cell_contents) if cell_filled(c) else ("empty cell",) for c in fn.__closure__ or ())
         glob = fn.__globals__
         names = []
