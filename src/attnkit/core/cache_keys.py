@@ -18,8 +18,8 @@ So a key is a :class:`Snapshot` of the object, walked as a predicate would read 
 * functions by their code object, defaults, closure cells and every global their code (and the
   code nested in it) names, recursively: a helper function, a captured list or dict, a
   ``functools.partial``'s arguments, a bound method's object and its class's methods are walked;
-* library modules, builtins and library classes by identity (attnkit does not expect ``torch``
-  to change under it); anything else a walk meets (a user module, a generator, an object without
+* library modules, builtins, library classes and functions of library modules (``torch``,
+  ``numpy``, ``math``, ...) by identity (attnkit does not expect ``torch`` to change under it); anything else a walk meets (a user module, a generator, an object without
   ``__dict__``, a reference cycle, more than :data:`MAX_NODES` objects or :data:`MAX_ELEMENTS`
   tensor elements) makes the object uncacheable: :func:`snapshot` returns None and the caller
   computes afresh. When in doubt, do not cache.
@@ -54,6 +54,7 @@ _TRUSTED_ROOTS = frozenset({"torch", "math", "numpy", "operator", "functools", "
 _PLAIN = (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device, torch.Size,
           torch.memory_format, torch.layout, range, type(Ellipsis))
 _PLAIN_TYPES = frozenset(t for t in _PLAIN if t is not range)  # exact types, one set lookup
+_EXACT_TYPES = _PLAIN_TYPES - {float, complex}  # equal exactly when == says so (not -0.0 and 0.0)
 _LIBRARY_OBJECTS: set[type] = set()  # attnkit classes met so far, walked by their __dict__ alone
 _STABLE_CALLABLES = (types.BuiltinFunctionType, types.WrapperDescriptorType, types.MethodDescriptorType,
                      types.MethodWrapperType, type(torch.ops.aten.add))
@@ -141,14 +142,16 @@ class _Walk:
     def visit(self, obj) -> object:
         kind = type(obj)
         if kind in _PLAIN_TYPES:
-            return (kind, obj)
+            if kind is float:
+                return (kind, obj.hex())  # -0.0 is not 0.0; a NaN equals a NaN
+            return (kind, repr(obj)) if kind is complex else (kind, obj)
         self.nodes += 1
         if self.nodes > MAX_NODES:
             raise _Uncacheable
         if kind is torch.Tensor or kind is torch.nn.Parameter:
             return self._tensor(obj)
         if kind in _LIBRARY_OBJECTS:  # attnkit's own masks and the like: their attributes are their state
-            return (kind, *[(name, type(val), val) if type(val) in _PLAIN_TYPES else (name, self.visit(val))
+            return (kind, *[(name, type(val), val) if type(val) in _EXACT_TYPES else (name, self.visit(val))
                             for name, val in obj.__dict__.items()])
         if isinstance(obj, _PLAIN) or (kind is frozenset and all(type(x) in _PLAIN_TYPES for x in obj)):
             return (kind, obj)  # a mask's dims, frozenset({"b"}), is a constant
