@@ -210,7 +210,7 @@ def attention(
         result = AttentionOutput(res.out, res.weights, res.lse, report)
     if call.sinks is not None:
         result = _with_sinks(call, result)
-    # --- key scores (issue 40): column sums of the weights, from the final lse, tile by tile ---
+    # --- key scores: column sums of the weights, from the final lse, tile by tile ---
     if require_bool("return_key_scores", return_key_scores):
         result.key_scores = _key_scores.key_scores(call, result.lse) if q.shape[0] else q.new_zeros(0, q.shape[1], call.S)
     # --- end key scores ---
