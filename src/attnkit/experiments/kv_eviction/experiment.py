@@ -106,7 +106,8 @@ def _sink(models, windows) -> dict:
     firsts = [[s["layers"][i]["first_mean"] for s in shares] for i in range(n_layers)]
     return {"uniform_first": shares[0]["uniform_first"], "first_mean": [statistics.fmean(f) for f in firsts],
             "first_std": [statistics.stdev(f) if len(f) > 1 else 0.0 for f in firsts], "first_per_seed": firsts,
-            "per_head_seed0": [layer["per_head"] for layer in shares[0]["layers"]], "maps_seed0": shares[0]["maps"]}
+            "per_head_seed0": [layer["per_head"] for layer in shares[0]["layers"]],
+            "maps_seed0": [[[round(w, 5) for w in row] for row in m] for m in shares[0]["maps"]]}  # 5 digits: a picture
 
 
 @register

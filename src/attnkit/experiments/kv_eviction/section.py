@@ -17,7 +17,8 @@ from .plots import ORDER, name
 #: Xiao et al. 2023, https://arxiv.org/abs/2309.17453, Table 1: Llama-2-13B, perplexity on the first
 #: book (65K tokens) of the PG19 test set, cache of 1024 (initial tokens + recent window).
 PUBLISHED = {"source": "Xiao et al. 2023 (StreamingLLM), arXiv:2309.17453, Table 1: Llama-2-13B, PG19 first book (65K tokens)",
-             "rows": [("0 + 1024 (window only)", 5158.07), ("4 + 1020 (sinks + window)", 5.40), ('4 "\\n" + 1020 (four line breaks as sinks)', 5.60)]}
+             "rows": [("0 + 1024", "window only", "仅窗口", 5158.07), ("4 + 1020", "sinks + window", "汇点 + 窗口", 5.40),
+                      ('4 "\\n" + 1020', "four line breaks as sinks", "四个换行符作汇点", 5.60)]}
 SINK_RATIO = 2.0  # first-position weight this many times a uniform row's share: we call it a sink
 
 
@@ -69,17 +70,19 @@ def _reading(r: dict, lang: str) -> str:
                "与 StreamingLLM 图 3 一样，开头的词元一离开缓存，仅窗口的困惑度就爆炸了。" if exploded else
                "与 StreamingLLM 图 3 不同，开头的词元离开缓存后，仅窗口的困惑度并没有爆炸：这个小模型并不依赖它们。")
     sink_s = tr(lang,
-                f"Layer {layer} puts {ratio:.1f}× a uniform row's share of attention on position 0: " +
-                ("a sink formed." if has_sink else "no clear sink formed (we call it a sink from 2×)."),
-                f"第 {layer} 层放在位置 0 上的注意力是均匀分布份额的 {ratio:.1f} 倍：" +
-                ("形成了汇点。" if has_sink else "没有形成明显的汇点（我们以 2 倍为界）。"))
+                f"The most, layer {layer}, puts {ratio:.1f}× a uniform row's share of attention on position 0: " +
+                ("a sink formed." if has_sink else "no sink formed (we call it a sink from 2×)" +
+                 ("; every layer gives position 0 less than a uniform row would." if ratio < 1 else ".")),
+                f"最多的第 {layer} 层放在位置 0 上的注意力是均匀分布份额的 {ratio:.1f} 倍：" +
+                ("形成了汇点。" if has_sink else "没有形成汇点（我们以 2 倍为界）" +
+                 ("；每一层给位置 0 的注意力都少于均匀分布。" if ratio < 1 else "。")))
     return f"<p>{head} {shape} {sink_s}</p>"
 
 
 def _published(lang: str) -> str:
     return "<p>" + tr(lang, "The paper's numbers (theirs, not ours): ", "论文中的数字（他们的测量，不是我们的）：") + PUBLISHED["source"] + "</p>" + table(
         [tr(lang, "cache (initial + recent)", "缓存（开头 + 最近）"), tr(lang, "perplexity", "困惑度")],
-        [[c, f"{p:.2f}"] for c, p in PUBLISHED["rows"]])
+        [[f"{c} ({tr(lang, en, zh)})", f"{p:.2f}"] for c, en, zh, p in PUBLISHED["rows"]])
 
 
 def _figures(r, lang: str) -> str:
