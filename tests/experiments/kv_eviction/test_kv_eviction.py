@@ -63,7 +63,7 @@ def test_each_policy_keeps_its_rule(model_and_streams):
         assert stepwise_nll(m, s, pol, obs=obs)["max_kept"] <= 12, name
 
 
-def _fake_bible(cache_dir):
+def _fake_bible(cache_dir, books=None):
     rnd = random.Random(0)
     words = ["and", "the", "lord", "said", "unto", "him", "behold", "light", "day", "night"]
     text = " ".join(rnd.choice(words) for _ in range(3000))

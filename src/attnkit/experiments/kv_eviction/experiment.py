@@ -116,10 +116,11 @@ class KVEviction(Experiment):
     help = "KV-cache eviction and quantization (window, sinks, H2O, SnapKV, KIVI) on a char LM trained on the KJV Bible"
     quick = {"context": 64, "dim": 96, "heads": 4, "layers": 3, "windows": 9600, "epochs": 4, "batch_size": 32, "lr": 3e-3,
              "stream_len": 1024, "streams": 4, "budgets": [16, 32], "headline_budget": 32, "bin_size": 32, "kernel": 5,
-             "group": 8, "residual": 8, "trace_steps": 160, "data": None}
+             "group": 8, "residual": 8, "trace_steps": 160, "data": None, "books": None}
     full = {**quick, "stream_len": 2048, "streams": 8, "budgets": [16, 32, 64], "epochs": 8}
     tiny = {"windows": 64, "epochs": 1, "dim": 32, "layers": 1, "stream_len": 96, "streams": 1, "budgets": [16],
-            "headline_budget": 16, "bin_size": 16, "trace_steps": 20}
+            "headline_budget": 16, "bin_size": 16, "trace_steps": 20,
+            "books": ["Ruth", "Jonah", "Philemon", "Jude"]}
     seeds = 3
     title = ("Compressing the KV cache: attention sinks, H2O, SnapKV, quantization", "压缩 KV 缓存：注意力汇点、H2O、SnapKV 与量化")
     question = ("A cache cannot keep every token of an endless stream: which ones can it drop, and why must it keep the first?",
@@ -138,7 +139,7 @@ class KVEviction(Experiment):
     def run(self, ctx: RunContext) -> dict:
         c = ctx.config
         with threads(1):  # one thread: the machine is shared, and small matrices gain little from two
-            train, held_out, starts = bible_texts(ctx.out / "data")
+            train, held_out, starts = bible_texts(ctx.out / "data", c.get("books"))
             vocab = CharVocab(train + held_out)
             text = Path(c["data"]).read_text(encoding="utf-8") if c.get("data") else held_out
             ids = vocab.encode(text)
