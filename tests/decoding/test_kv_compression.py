@@ -20,9 +20,9 @@ from attnkit.modules.rotary import RotaryEmbedding
 D, H = 16, 4
 
 
-def _layer(seed=0):
+def _layer(seed=0, kv_heads=None):
     torch.manual_seed(seed)
-    return MultiHeadAttention(D, H, rotary=RotaryEmbedding(D // H, max_positions=4096)).double().eval()
+    return MultiHeadAttention(D, H, kv_heads=kv_heads, rotary=RotaryEmbedding(D // H, max_positions=4096)).double().eval()
 
 
 def _proj(mha, x, pos):
@@ -136,8 +136,9 @@ def test_snapkv_cache_follows_its_rule():
 
 @pytest.mark.parametrize("kind,kw", [("sink", {"sinks": 4, "window": 60}), ("h2o", {"budget": 64}), ("snapkv", {"budget": 64, "window": 8}),
                                      ("quantized", {"bits": 8, "group": 64, "residual": 64})])
-def test_identical_to_dynamic_cache_when_nothing_is_evicted(kind, kw):
-    mha, T = _layer(3), 40
+@pytest.mark.parametrize("kv_heads", [None, 2], ids=["mha", "gqa"])
+def test_identical_to_dynamic_cache_when_nothing_is_evicted(kind, kw, kv_heads):
+    mha, T = _layer(3, kv_heads), 40
     x = torch.randn(2, T, D, dtype=torch.float64)
     ok = torch.ones(2, T, dtype=torch.bool)
     ok[0, 5:9] = False
