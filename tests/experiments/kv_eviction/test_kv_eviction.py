@@ -74,8 +74,11 @@ def _fake_bible(cache_dir, books=None):
 def test_tiny_run_has_every_key_and_renders(tmp_path, monkeypatch):
     monkeypatch.setattr(X, "bible_texts", _fake_bible)
     exp = get("kv_eviction")
-    doc = run_experiment("kv_eviction", out=tmp_path / "run", overrides=exp.tiny, seeds=2, show_progress=False)
+    own = tmp_path / "mine.txt"  # --data: the user's own text is the evaluation stream
+    own.write_text("In the beginning was the word, and the word was with God. " * 10, encoding="utf-8")
+    doc = run_experiment("kv_eviction", out=tmp_path / "run", overrides={**exp.tiny, "data": str(own)}, seeds=2, show_progress=False)
     res = doc["results"]
+    assert res["text"] == str(own)
     assert set(res["perplexity_last_bin"]) == KEYS and res["n_seeds"] == 2
     assert all(res["policies"][p][b]["max_kept"] <= int(b) for p in KEYS - {"dense"} for b in res["policies"][p])
     for f in ("perplexity_vs_position.png", "kept_positions.png", "sink.png", "tradeoff.png"):
