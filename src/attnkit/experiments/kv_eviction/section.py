@@ -45,6 +45,15 @@ def sink_verdict(r: dict) -> tuple[bool, float, int]:
     return ratios[best] >= SINK_RATIO, ratios[best], best
 
 
+def paired(r: dict, a: str, b: str) -> tuple[float, float]:
+    """Mean and std over seeds of (a − b) in last-bin perplexity at the headline budget: each seed's
+    model reads the same streams under both policies, so the difference is measured pair by pair."""
+    hb = str(r["headline_budget"])
+    xs = [x - y for x, y in zip(r["policies"][a][hb]["last_bin_ppl"]["per_seed"], r["policies"][b][hb]["last_bin_ppl"]["per_seed"])]
+    m = sum(xs) / len(xs)
+    return m, (sum((x - m) ** 2 for x in xs) / (len(xs) - 1)) ** 0.5 if len(xs) > 1 else 0.0
+
+
 def _reading(r: dict, lang: str) -> str:
     ppl, hb = r["perplexity_last_bin"], r["headline_budget"]
     win, sink, rec, dense = ppl["window"], ppl["sink_window"], ppl["window_recompute"], ppl["dense"]
@@ -76,7 +85,10 @@ def _reading(r: dict, lang: str) -> str:
                 f"最多的第 {layer} 层放在位置 0 上的注意力是均匀分布份额的 {ratio:.1f} 倍：" +
                 ("形成了汇点。" if has_sink else "没有形成汇点（我们以 2 倍为界）" +
                  ("；每一层给位置 0 的注意力都少于均匀分布。" if ratio < 1 else "。")))
-    return f"<p>{head} {shape} {sink_s}</p>"
+    d, sd = paired(r, "sink_window", "window")
+    pair = tr(lang, f"Seed by seed, sinks + window minus window only: {d:+.3f} ± {sd:.3f} perplexity.",
+              f"逐个种子配对比较，汇点 + 窗口减去仅窗口：困惑度差 {d:+.3f} ± {sd:.3f}。")
+    return f"<p>{head} {shape} {sink_s} {pair}</p>"
 
 
 def _published(lang: str) -> str:
