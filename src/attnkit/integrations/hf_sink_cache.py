@@ -18,6 +18,10 @@ positions from the start of the text). After the call the layer keeps the sinks 
 ``window − 1`` tokens, so the next token fits: the cache never holds more than ``sinks + window``
 during a one-token step, and ``sinks + window − 1`` between calls.
 
+All rows of a batch keep the same slots (a left-padded prompt's padding counts as tokens and may
+become a sink), so use it with one sequence or unpadded rows; :class:`attnkit.cache.SinkCache`
+handles rows of different lengths.
+
 The rotation is the model's own (``LlamaRotaryEmbedding(config)``: its ``rope_theta`` and
 frequency scaling); scalings that also rescale cos/sin (``attention_scaling`` ≠ 1, YaRN) are refused.
 
