@@ -28,6 +28,7 @@ from .dispatch import choose, fresh_report
 from .masks import Mask, as_mask
 from .output import AttentionOutput, Report
 from .scores import Score, as_score
+from . import key_scores as _key_scores
 from . import sinks as _sinks
 
 
@@ -163,6 +164,7 @@ def attention(
     return_weights: bool = False,
     memory_budget: int | None = None,
     sinks: torch.Tensor | None = None,
+    return_key_scores: bool = False,
 ) -> AttentionOutput:
     """Attention of q over k, v: ``softmax(score(q, k) * scale + bias, masked) @ v``.
 
@@ -181,6 +183,9 @@ def attention(
       ``weights`` scale by sigmoid(lse - sink) and the returned ``lse`` includes the sink
       (:mod:`attnkit.core.sinks`). Differentiable, the sinks included: ``auto`` picks a backend whose lse
       carries gradients, and a fully masked row stays 0.
+    * ``return_key_scores``: also return ``key_scores`` (B, H, S), the weights summed over the query
+      rows (what H2O and SnapKV rank keys by), computed in O(n) memory by a second pass over tiles
+      with the final log-sum-exp (:mod:`attnkit.core.key_scores`); no backend materializes (L, S).
 
     B = 0 returns empty tensors without running a backend; on the ``meta`` device only shapes flow.
 
@@ -205,6 +210,10 @@ def attention(
         result = AttentionOutput(res.out, res.weights, res.lse, report)
     if call.sinks is not None:
         result = _with_sinks(call, result)
+    # --- key scores: column sums of the weights, from the final lse, tile by tile ---
+    if require_bool("return_key_scores", return_key_scores):
+        result.key_scores = _key_scores.key_scores(call, result.lse) if q.shape[0] else q.new_zeros(0, q.shape[1], call.S)
+    # --- end key scores ---
     if hooks._OBSERVERS:  # a plain list test: free, and traceable by torch.compile
         if torch.compiler.is_compiling():
             from . import traced  # loads torch._dynamo, already loaded while tracing

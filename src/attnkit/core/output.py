@@ -60,12 +60,13 @@ class BackendResult:
 @dataclass
 class AttentionOutput:
     """``out`` (B, H, L, Ev); ``weights`` (B, H, L, S) when asked; ``lse`` (B, H, L) when the backend
-    has it; ``report`` says what ran."""
+    has it; ``report`` says what ran; ``key_scores`` (B, H, S) when asked."""
 
     out: torch.Tensor
     weights: torch.Tensor | None
     lse: torch.Tensor | None
     report: Report
+    key_scores: torch.Tensor | None = None  # (B, H, S): weights summed over query rows (return_key_scores=True)
 
 
 def materialized(what: str, t: torch.Tensor) -> Materialized:

@@ -18,6 +18,14 @@ Caches here (one object per attention layer):
   attention masks by *position* (causal, window), never by slot index. No unrolling.
 * :class:`CrossAttentionCache` — encoder keys/values, projected once and reused every step.
 
+KV-cache compression (each in its own module, all with ``nbytes``):
+
+* :class:`SinkCache` — StreamingLLM: the first ``sinks`` tokens and the last ``window``, at
+  positions *in the cache* (keys stored before rotary);
+* :class:`H2OCache` — the recent tokens and the heaviest hitters by accumulated attention;
+* :class:`SnapKVCache` — the recent window and the keys its queries attend to, pooled;
+* :class:`QuantizedCache` — every token, the older ones KIVI-packed to 8 or 4 bits.
+
 **Batches with mixed prompt lengths.** Each row has its own count of real tokens
 (``lengths``, shape (B,)) and its own next position. Only real tokens are written: a left- or
 right-padded prompt is *compacted* into the cache, so row b's slots 0..lengths[b]-1 hold its
@@ -51,7 +59,11 @@ from __future__ import annotations
 
 from ..core.checks import require_choice
 from .cache_base import CacheView, KVCache, _batch_msg, _check_indices, _scatter_rows
+from .cache_h2o import H2OCache
 from .cache_kinds import CrossAttentionCache, DynamicCache, SlidingWindowCache, StaticCache, _LinearCache
+from .cache_quantized import QuantizedCache
+from .cache_sink import SinkCache
+from .cache_snapkv import SnapKVCache
 from .cache_positions import (
     PositionedBias,
     PositionedMask,
@@ -60,16 +72,20 @@ from .cache_positions import (
     cache_mask,
 )
 
-KINDS = {"dynamic": DynamicCache, "static": StaticCache, "sliding": SlidingWindowCache, "cross": CrossAttentionCache}
+KINDS = {"dynamic": DynamicCache, "static": StaticCache, "sliding": SlidingWindowCache, "cross": CrossAttentionCache,
+         "sink": SinkCache, "h2o": H2OCache, "snapkv": SnapKVCache, "quantized": QuantizedCache}
 
 
 def make_cache(kind: str, **kwargs):
-    """String factory: ``make_cache("static", max_len=2048)``, ``make_cache("sliding", window=256)``."""
+    """String factory: ``make_cache("static", max_len=2048)``, ``make_cache("sliding", window=256)``,
+    ``make_cache("sink", sinks=4, window=1020)``, ``make_cache("h2o", budget=256, recent=128)``,
+    ``make_cache("snapkv", budget=256, window=32, kernel=7)``, ``make_cache("quantized", bits=4, group=32, residual=32)``."""
     require_choice("kind", kind, tuple(KINDS))
     return KINDS[kind](**kwargs)
 
 
 __all__ = [
     "CacheView", "KVCache", "DynamicCache", "StaticCache", "SlidingWindowCache", "CrossAttentionCache",
+    "SinkCache", "H2OCache", "SnapKVCache", "QuantizedCache",
     "PositionedMask", "PositionedBias", "cache_mask", "make_cache", "KINDS",
 ]

@@ -235,16 +235,24 @@ class MultiHeadAttention(nn.Module):
             if bool((positions < 0).any()):
                 raise ValueError(f"positions must be >= 0, got a minimum of {int(positions.min())}")
             pos = positions.to(q.device).long().expand(B, L)
-        if rotary is not None:
+        in_cache = getattr(cache, "positions_in_cache", False)  # SinkCache: a token's position is its rank in the cache
+        if rotary is not None and not in_cache:
             q, k = rotary.rotate_qk(q, k, pos)  # keys are cached already rotated at their own positions
         view = cache.update(k, v, positions=None if positions is None else pos, valid=valid)
+        if in_cache:  # keys were stored before rotary: rotate every kept key at its position in the cache
+            pos = cache.query_positions
+            if rotary is not None:
+                q, view = rotary(q, pos), view._replace(k=rotary(view.k, view.positions))
         window = cache.window if isinstance(cache, C.SlidingWindowCache) else None
         user_mask = M.as_mask(mask)
         combined = C.cache_mask(view, pos, valid, causal=causal, window=window, mask=user_mask)
         bm = as_modifier(bias)
         if bm is not None:
             bm = C.PositionedBias(bm, pos, view.positions)
-        return self._attention(q, view.k, view.v, combined, bm, need_weights)
+        out = self._attention(q, view.k, view.v, combined, bm, need_weights, getattr(cache, "needs_key_scores", False))
+        if hasattr(cache, "after_attention"):  # H2O / SnapKV: rank and evict after seeing this step's attention
+            cache.after_attention(q, pos, valid, out[1])
+        return out
 
     def _attend_cross_cached(self, query, key, value, cache, mask, key_padding_mask, attention_mask, causal, bias, need_weights):
         B = query.shape[0 if self.batch_first else 1]
@@ -279,12 +287,12 @@ class MultiHeadAttention(nn.Module):
         out = self.merge(q)
         return (out if self.batch_first else out.transpose(0, 1)), res
 
-    def _attention(self, q, k, v, mask, bias, need_weights) -> tuple[torch.Tensor, AttentionOutput]:
+    def _attention(self, q, k, v, mask, bias, need_weights, key_scores: bool = False) -> tuple[torch.Tensor, AttentionOutput]:
         """The one attention call of every path (plain, cached, cross-cached), then the output projection."""
         res = attention(
             q, k, v, score=self.score, mask=mask, bias=bias,
             dropout_p=self.dropout if self.training else 0.0, backend=self.backend, return_weights=need_weights,
-            sinks=self.sinks,
+            sinks=self.sinks, return_key_scores=key_scores,
         )
         out = self.merge(res.out)
         return (out if self.batch_first else out.transpose(0, 1)), res
