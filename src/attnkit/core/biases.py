@@ -62,7 +62,7 @@ class ScoreModifier(nn.Module):
 
     def score_mod(self, L: int, S: int) -> ScoreModFn:
         fn = self.bias_fn(L, S)
-        return lambda score, b, h, q, kv: score + fn(b, h, q, kv)
+        return lambda score, b, h, q, kv: score + _in_dtype(fn(b, h, q, kv), score)
 
     def apply(
         self,
@@ -294,10 +294,35 @@ class ScoreMod(ScoreModifier):
         self.fn, self.dims, self.name = fn, _dims(depends_on), name or getattr(fn, "__name__", "score_mod")
 
     def score_mod(self, L, S):
-        return self.fn
+        fn = self.fn
+
+        def checked(score, b, h, q, kv):
+            out = fn(score, b, h, q, kv)
+            if isinstance(out, torch.Tensor) and out.dtype == score.dtype and out.shape == score.shape:
+                return out
+            return _like_score(out, score)
+
+        return checked
 
     def extra_repr(self):
         return self.name
+
+
+def _in_dtype(out, score: torch.Tensor):
+    """A bias function's result in the score's dtype: a float64 bias for float32 scores would
+    otherwise make the whole row float64 (and ``weights @ v`` fail); ints become floats."""
+    if isinstance(out, torch.Tensor) and out.dtype != score.dtype:
+        return out.to(score.dtype)
+    return out
+
+
+def _like_score(out, score: torch.Tensor) -> torch.Tensor:
+    """A score_mod's result as a new score tile (B, H, l, s) of the score's dtype: a Python number
+    or a tensor that broadcasts to the tile (an int tensor, a (1, 1, l, s) one) is spread over it,
+    as FlexAttention's vmap would; the copy is dense, since tiles are edited in place later."""
+    if not isinstance(out, torch.Tensor):
+        return torch.full_like(score, float(out))  # a constant: the score does not reach it (no gradient)
+    return _in_dtype(out, score).expand_as(score).contiguous()
 
 
 class TensorBias(ScoreModifier):
