@@ -146,10 +146,16 @@ class ALiBi(ScoreModifier):
         super().__init__()
         self.num_heads = require_positive_int("num_heads", num_heads)
         self.align = require_choice("align", align, ALIGNS)
-        s = alibi_slopes(num_heads) if slopes is None else torch.as_tensor(slopes, dtype=torch.float32)
+        if isinstance(slopes, nn.Parameter):  # learned slopes: a parameter of the module, in its own dtype
+            s = slopes
+        else:
+            s = alibi_slopes(num_heads) if slopes is None else torch.as_tensor(slopes, dtype=torch.float32)
         if s.shape != (num_heads,):
             raise ValueError(f"slopes must have shape (num_heads,)=({num_heads},), got {tuple(s.shape)}")
-        self.register_buffer("slopes", s, persistent=False)
+        if isinstance(s, nn.Parameter):
+            self.slopes = s  # listed by .parameters(), so optimizers and every backend see it
+        else:
+            self.register_buffer("slopes", s, persistent=False)
 
     def bias_fn(self, L, S):
         def fn(b, h, q, kv):
