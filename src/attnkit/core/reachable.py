@@ -110,7 +110,10 @@ def _node_of(t: torch.Tensor):
     """The autograd node a use of ``t`` leads to: its grad_fn, or for a leaf its AccumulateGrad."""
     if t.grad_fn is not None:
         return t.grad_fn
-    return t.view_as(t).grad_fn.next_functions[0][0]  # a leaf's AccumulateGrad node (one per leaf)
+    if not t.requires_grad:
+        return None  # no node: nothing in a graph leads to it
+    with torch.enable_grad():
+        return t.view_as(t).grad_fn.next_functions[0][0]  # a leaf's AccumulateGrad node (one per leaf)
 
 
 def _walk(out: torch.Tensor, stop: set) -> set | None:
