@@ -13,7 +13,9 @@ forward: it recomputes each score tile from q, k and the bias, and differentiate
   ``functools.partial``'s arguments, lists, dicts and plain objects holding them, helper functions
   (:func:`attnkit.core.reachable.grad_tensors`).
 
-Then the bias is evaluated once under autograd on a tiny tile (:func:`bias_inputs`) and its graph
+The built-in biases (ALiBi, T5, Shaw, a dense tensor, soft-capping) read only their own attributes,
+so their parameters and buffers that require grad are the list. For any other bias, the bias is
+evaluated once under autograd on a tiny tile (:func:`bias_inputs`) and its graph
 walked back: a leaf reached past the tensors found (one the walk could not see) joins the inputs,
 and a tensor found that is also in the history of another one found (``w`` and ``w * 2``, both
 captured) stays an input only when the tile does not read it directly as well; where it does, the
@@ -29,8 +31,9 @@ import sys
 
 import torch
 
-from ...core.biases import CustomBias, ScoreMod, ScoreModifier, TensorBias
+from ...core.biases import ALiBi, CustomBias, RelativePositionBias, ScoreMod, ScoreModifier, T5RelativeBias, TensorBias
 from ...core.indices import index_grid
+from ...core.softcap import SoftCap
 from ...core.reachable import behind, grad_tensors, missing_leaves, reached_past
 
 __all__ = ["_bias_params", "bias_inputs", "bias_tensors", "check_tile"]
@@ -38,7 +41,25 @@ __all__ = ["_bias_params", "bias_inputs", "bias_tensors", "check_tile"]
 
 def bias_inputs(call) -> tuple[list[torch.Tensor], str | None]:
     """(tensors the call's bias needs gradients for, None) — or (those, the reason the blockwise
-    backend cannot differentiate the bias) when it must decline."""
+    backend cannot differentiate the bias) when it must decline. Kept on the call for its grad
+    mode: the backend's ``supports`` and its run ask the same question of the same call."""
+    if torch.compiler.is_compiling():
+        return _bias_params(call.bias), None
+    memo = getattr(call, "_bias_inputs", None)
+    mode = torch.is_grad_enabled()
+    if memo is None or memo[0] != mode:
+        memo = (mode, _inputs(call))
+        call._bias_inputs = memo
+    return memo[1]
+
+
+def _inputs(call) -> tuple[list[torch.Tensor], str | None]:
+    if call.bias is None or not torch.is_grad_enabled():
+        return [], None  # nothing is recorded for a backward
+    leaves = call.bias.leaves()
+    if all(type(m) in _DECLARED for m in leaves):  # built-in biases: their tensors are their attributes
+        found = [t for m in leaves for t in (*m.parameters(), *m.buffers()) if t.requires_grad]
+        return found + [m.t for m in leaves if isinstance(m, TensorBias) and m.t.requires_grad], None
     found = _bias_params(call.bias)
     if not _probe_applies(call):
         return found, None
@@ -73,14 +94,12 @@ def bias_tensors(call) -> list[torch.Tensor]:
     return params
 
 
+_DECLARED = (ALiBi, T5RelativeBias, RelativePositionBias, TensorBias, SoftCap)
 _TOO_LARGE = "the autograd graph the bias reads is too large to check that every trainable tensor gets its gradient"
 
 
 def _probe_applies(call) -> bool:
-    """The probe runs where a gradient can be lost: eager autograd with a bias (under torch.compile or
-    torch.func the graph cannot be walked; no_grad / inference needs no gradient)."""
-    if call.bias is None or not torch.is_grad_enabled() or torch.compiler.is_compiling():
-        return False
+    """The probe runs where the graph can be walked: not under torch.func (nor torch.compile, above)."""
     return not torch._C._functorch.is_functorch_wrapped_tensor(call.q) and min(call.q.shape[0], call.L, call.S) > 0
 
 
