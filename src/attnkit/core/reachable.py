@@ -23,7 +23,7 @@ import types
 
 import torch
 
-__all__ = ["grad_tensors", "missing_leaves", "reached_past", "behind", "LIMIT"]
+__all__ = ["LIMIT", "behind", "grad_tensors", "missing_leaves", "reached_past"]
 
 LIMIT = 20_000  # objects (or graph nodes) one walk may visit: a model's whole module tree fits
 _ATOMS = (str, bytes, bytearray, numbers.Number, type, types.BuiltinFunctionType, types.CodeType, torch.dtype,
@@ -68,10 +68,10 @@ def _children(o: object) -> list[object]:
     d = getattr(o, "__dict__", None)
     if isinstance(d, dict):
         out += list(d.values())
-    for cls in type(o).__mro__:
-        for name in getattr(cls, "__slots__", ()) if isinstance(getattr(cls, "__slots__", ()), (tuple, list)) else ():
-            out.append(getattr(o, name, None))
-    call = getattr(type(o), "__call__", None)
+    for cls in type(o).__mro__:  # attributes kept in __slots__ have no __dict__ entry
+        slots = cls.__dict__.get("__slots__", ())
+        out += [getattr(o, n, None) for n in ((slots,) if isinstance(slots, str) else slots)]
+    call = type(o).__call__ if callable(o) else None
     if isinstance(call, types.FunctionType):  # a callable object: the code of its __call__ and what it names
         out.append(call)
     return out

@@ -31,10 +31,18 @@ import sys
 
 import torch
 
-from ...core.biases import ALiBi, CustomBias, RelativePositionBias, ScoreMod, ScoreModifier, T5RelativeBias, TensorBias
+from ...core.biases import (
+    ALiBi,
+    CustomBias,
+    RelativePositionBias,
+    ScoreMod,
+    ScoreModifier,
+    T5RelativeBias,
+    TensorBias,
+)
 from ...core.indices import index_grid
-from ...core.softcap import SoftCap
 from ...core.reachable import behind, grad_tensors, missing_leaves, reached_past
+from ...core.softcap import SoftCap
 
 __all__ = ["_bias_params", "bias_inputs", "bias_tensors", "check_tile"]
 
