@@ -64,6 +64,8 @@ def _children(o: object) -> list[object]:
         return list(o.values())
     if isinstance(o, (list, tuple, set, frozenset)):
         return list(o)
+    if isinstance(o, torch.nn.Module):  # its tensors and submodules, and what a subclass stored itself
+        return [v for k, v in vars(o).items() if k not in _MODULE_BOOKKEEPING]
     out: list[object] = []
     d = getattr(o, "__dict__", None)
     if isinstance(d, dict):
@@ -77,6 +79,13 @@ def _children(o: object) -> list[object]:
     return out
 
 
+# what nn.Module.__init__ stores (hooks, flags); its _parameters, _buffers and _modules are walked
+_MODULE_BOOKKEEPING = frozenset(vars(torch.nn.Module())) - {"_parameters", "_buffers", "_modules"}
+# libraries whose module-level state holds no tensor of the user's (attnkit's own caches included):
+# a function of theirs is walked through its closure and defaults, not its globals
+_LIBRARIES = frozenset({"torch", "attnkit", "numpy", "functools", "typing", "builtins"})
+
+
 def _function(fn: types.FunctionType) -> list[object]:
     """A function's closure cells, defaults, and the globals its code (and code nested in it: a
     lambda, a comprehension) names; for a global that is a module, the attributes named too."""
@@ -87,6 +96,8 @@ def _function(fn: types.FunctionType) -> list[object]:
         except ValueError:  # an empty cell (a variable not yet assigned when fn was made)
             pass
     out += list(fn.__defaults__ or ()) + list((fn.__kwdefaults__ or {}).values())
+    if (fn.__module__ or "").split(".")[0] in _LIBRARIES:
+        return out
     names = _names(fn.__code__)
     glob = fn.__globals__
     for n in names:
