@@ -289,7 +289,9 @@ class CustomBias(ScoreModifier):
 
 class ScoreMod(ScoreModifier):
     """Any ``(score, b, h, q_idx, kv_idx) -> score`` (e.g. soft-capping). Not additive: fused kernels
-    that take only a float mask cannot run it."""
+    that take only a float mask cannot run it. A result that is a Python number, an int tensor, a
+    tensor of another float dtype or one that only broadcasts to the tile becomes a score tile of
+    the score's dtype and shape (a constant gives uniform weights), as under FlexAttention."""
 
     additive = False
 
