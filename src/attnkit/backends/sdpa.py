@@ -78,8 +78,12 @@ def supports(call: AttentionCall) -> str | None:
 
 
 def _uses_is_causal(call: AttentionCall) -> bool:
+    """Whether the causal mask can go to the kernel as ``is_causal``. Not for ``scale <= 0``: the
+    kernel's causal path then returns NaN in every row but the first (torch 2.13, CPU), where the
+    same mask as a dense bool tensor is exact."""
     m = call.mask
-    return isinstance(m, CausalMask) and call.bias is None and (m.align == "top_left" or call.L == call.S)
+    return (isinstance(m, CausalMask) and call.bias is None and (m.align == "top_left" or call.L == call.S)
+            and call.scale > 0)
 
 
 _HALF = (torch.float16, torch.bfloat16)

@@ -62,7 +62,7 @@ class ScoreModifier(nn.Module):
 
     def score_mod(self, L: int, S: int) -> ScoreModFn:
         fn = self.bias_fn(L, S)
-        return lambda score, b, h, q, kv: score + fn(b, h, q, kv)
+        return lambda score, b, h, q, kv: score + _in_dtype(fn(b, h, q, kv), score)
 
     def apply(
         self,
@@ -146,10 +146,16 @@ class ALiBi(ScoreModifier):
         super().__init__()
         self.num_heads = require_positive_int("num_heads", num_heads)
         self.align = require_choice("align", align, ALIGNS)
-        s = alibi_slopes(num_heads) if slopes is None else torch.as_tensor(slopes, dtype=torch.float32)
+        if isinstance(slopes, nn.Parameter):  # learned slopes: a parameter of the module, in its own dtype
+            s = slopes
+        else:
+            s = alibi_slopes(num_heads) if slopes is None else torch.as_tensor(slopes, dtype=torch.float32)
         if s.shape != (num_heads,):
             raise ValueError(f"slopes must have shape (num_heads,)=({num_heads},), got {tuple(s.shape)}")
-        self.register_buffer("slopes", s, persistent=False)
+        if isinstance(s, nn.Parameter):
+            self.slopes = s  # listed by .parameters(), so optimizers and every backend see it
+        else:
+            self.register_buffer("slopes", s, persistent=False)
 
     def bias_fn(self, L, S):
         def fn(b, h, q, kv):
@@ -283,7 +289,9 @@ class CustomBias(ScoreModifier):
 
 class ScoreMod(ScoreModifier):
     """Any ``(score, b, h, q_idx, kv_idx) -> score`` (e.g. soft-capping). Not additive: fused kernels
-    that take only a float mask cannot run it."""
+    that take only a float mask cannot run it. A result that is a Python number, an int tensor, a
+    tensor of another float dtype or one that only broadcasts to the tile becomes a score tile of
+    the score's dtype and shape (a constant gives uniform weights), as under FlexAttention."""
 
     additive = False
 
@@ -294,10 +302,35 @@ class ScoreMod(ScoreModifier):
         self.fn, self.dims, self.name = fn, _dims(depends_on), name or getattr(fn, "__name__", "score_mod")
 
     def score_mod(self, L, S):
-        return self.fn
+        fn = self.fn
+
+        def checked(score, b, h, q, kv):
+            out = fn(score, b, h, q, kv)
+            if isinstance(out, torch.Tensor) and out.dtype == score.dtype and out.shape == score.shape:
+                return out
+            return _like_score(out, score)
+
+        return checked
 
     def extra_repr(self):
         return self.name
+
+
+def _in_dtype(out, score: torch.Tensor):
+    """A bias function's result in the score's dtype: a float64 bias for float32 scores would
+    otherwise make the whole row float64 (and ``weights @ v`` fail); ints become floats."""
+    if isinstance(out, torch.Tensor) and out.dtype != score.dtype:
+        return out.to(score.dtype)
+    return out
+
+
+def _like_score(out, score: torch.Tensor) -> torch.Tensor:
+    """A score_mod's result as a new score tile (B, H, l, s) of the score's dtype: a Python number
+    or a tensor that broadcasts to the tile (an int tensor, a (1, 1, l, s) one) is spread over it,
+    as FlexAttention's vmap would; the copy is dense, since tiles are edited in place later."""
+    if not isinstance(out, torch.Tensor):
+        return torch.full_like(score, float(out))  # a constant: the score does not reach it (no gradient)
+    return _in_dtype(out, score).expand_as(score).contiguous()
 
 
 class TensorBias(ScoreModifier):

@@ -81,6 +81,13 @@ def _check(obj, kind: str, sig: str, fn, takes_score: bool, B: int, H: int, L: i
             object.__setattr__(obj, _CHECKED, True)  # a Python constant broadcasts to anything
             return
         raise TypeError(f"{arg}: {kind} {name!r} {sig} must return a tensor, got {type(out).__name__}")
+    if out.device.type == "meta" and torch.device(device).type != "meta":
+        # a meta tensor has no values: every backend would fail deep inside (copying out of it)
+        raise ValueError(
+            f"{arg}: {kind} {name!r} {sig} returned a tensor on the meta device for inputs on {torch.device(device)}; "
+            "it has shapes but no values to attend with: build its tensors on the call's device (e.g. from the "
+            "index arguments, or torch.ones(..., device=q_idx.device))"
+        )
     want = "bool" if kind == "mask predicate" else "numeric (not bool)"
     if (out.dtype == torch.bool) != (kind == "mask predicate") or out.is_complex():
         raise TypeError(f"{arg}: {kind} {name!r} {sig} must return a {want} tensor, got {out.dtype}")

@@ -34,6 +34,7 @@ Shape legend: B batch, H query heads, L queries; ``sinks`` (H,) or (B|1, H, L|1)
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 __all__ = ["check_sinks", "apply"]
 
@@ -89,12 +90,18 @@ def apply(
     """The sink softmax from the plain one: out (B, H, L, Ev), weights (B, H, L, S) or None and
     lse (B, H, L) of the backend, sinks (B|1, H, L|1) → (out', weights', lse').
 
-    Computed in lse's dtype (float32 for half inputs, as the backends' statistics); out' and
-    weights' come back in their own dtypes."""
-    work = lse.dtype
+    Computed in float64 (O(B·H·L·Ev), small beside the attention itself): the sink's gradient is a
+    sum over rows of (dO · O) · keep · (1 - keep), terms of both signs, and in lse's float32 it was
+    5-20 times the error of a float32 softmax over the scores and the sink as one more column
+    (tests/core/test_trust_grads.py); out' and weights' come back in their own dtypes. Devices
+    without float64 (MPS) keep lse's dtype."""
+    work = torch.float64 if lse.device.type in ("cpu", "cuda") else lse.dtype
     sig = sinks.to(work)  # (B|1, H, L|1)
-    keep = torch.sigmoid(lse - sig)  # (B, H, L): Z / (Z + e^sink); 0 on fully masked rows
-    new_lse = torch.logaddexp(lse, sig)  # (B, H, L): the sink joins the denominator
+    # (B, H, L): Z / (Z + e^sink), 0 on fully masked rows; as exp(log sigmoid) so that its derivative
+    # keep · sigmoid(sink - lse) is computed from e^-|x| (log_sigmoid's backward), not as
+    # keep · (1 - keep): where the sink is far below lse, 1 - keep loses every digit
+    keep = torch.exp(F.logsigmoid(lse.to(work) - sig))
+    new_lse = torch.logaddexp(lse.to(work), sig).to(lse.dtype)  # (B, H, L): the sink joins the denominator
     out = (out.to(work) * keep.unsqueeze(-1)).to(out.dtype)  # (B, H, L, Ev)
     if weights is not None:
         weights = (weights.to(work) * keep.unsqueeze(-1)).to(weights.dtype)  # (B, H, L, S)

@@ -53,12 +53,29 @@ class SoftCap(ScoreModifier):
         cap = self.cap
 
         def fn(score, b, h, q, kv):
+            wide = _wider(score.dtype, cap)
+            if wide is not None:  # a cap the score's dtype cannot hold as a factor: one dtype up
+                return (torch.tanh(score.to(wide) / cap) * cap).to(score.dtype)
             return torch.tanh(score / cap) * cap
 
         return fn
 
     def extra_repr(self) -> str:
         return f"cap={self.cap:g}"
+
+
+def _wider(dtype: torch.dtype, cap: float) -> torch.dtype | None:
+    """The dtype to cap ``dtype`` scores in when ``cap`` is too large for it, else None.
+
+    ``cap`` is a Python float; in a float32 product it rounds to float32, and from 3.4028e38 on it is
+    inf there: ``tanh(s / inf) · inf = 0 · inf = NaN`` where the answer is ``s`` (the cap is then
+    the identity to rounding). Above ``sqrt(max)`` of the dtype the cap is computed one dtype wider
+    (float32 → float64, half → float32); the result, at most ``|s|`` in size, fits back. Below that
+    ``s / cap`` stays normal for every score above ``sqrt(max) · tiny`` (1e-19 in float32), so
+    the cap costs nothing extra on sizes anyone uses (Gemma 2's 50)."""
+    if not dtype.is_floating_point or dtype == torch.float64 or cap <= torch.finfo(dtype).max ** 0.5:
+        return None
+    return torch.float64 if dtype == torch.float32 else torch.float32
 
 
 def softcap(cap: float) -> SoftCap:

@@ -114,7 +114,7 @@ from .fused_custom import custom_route_of, run_custom
 from .fused_relative import relative_route_of, run_relative
 from .leaks import live_key_rows
 from .mask_witness import witness
-from .params import _bias_params
+from .params import bias_inputs, bias_tensors
 from .plan import _Plan
 from .weights import _weights
 
@@ -251,7 +251,7 @@ def _blockwise(call: AttentionCall, block_q: int | None, block_kv: int | None, s
         params = []
         if not bias_general:  # the tiles scale q'k'ᵀ (plan.exp_scale), no scaled copy of q
             qscale = call.scale
-    params += _bias_params(call.bias)
+    params += bias_tensors(call)
     if call.dropout_p > 0 and seed is None:
         seed = _dropout_seed()
     plan = _Plan(
@@ -275,4 +275,7 @@ def run(call: AttentionCall) -> BackendResult:
 
 
 def supports(call: AttentionCall) -> str | None:
+    if call.bias is not None:
+        return bias_inputs(call)[1]  # a bias whose gradients the per-tile backward cannot give exactly
     return None
+

@@ -12,6 +12,7 @@ import torch
 
 from ...core import online_softmax
 from .leaks import dead_filter, drop_dead
+from .params import check_tile
 from .plan import _INF, _Plan, _q_tile, _Tiles, _tile_mask
 
 __all__ = ["_backward"]
@@ -121,6 +122,8 @@ def _tile_scores(plan: _Plan, tiles: _Tiles, qt, kt, q0: int, q1: int, k0: int, 
                 s_nat = tiles.scores_nat(leaves[0], leaves[1], q0, q1, k0, k1)
             else:  # dot path with a learned additive bias: only the bias needs autograd
                 s_nat = tiles.bias(q0, q1, k0, k1, device).to(w).expand(plan.B, plan.H, q1 - q0, k1 - k0)
+            if s_nat.requires_grad:
+                check_tile(s_nat, leaves + pl)  # a trainable tensor this tile reads must be an input
             graph = (s_nat, leaves, pl)
         st = s_nat.detach().clone() if plan.general else tiles.scores(qt, kt, q0, q1, k0, k1)
     else:

@@ -142,13 +142,16 @@ def route_of(call, block_q: int | None = None, block_kv: int | None = None) -> F
         return None
     L, S = q.shape[2], k.shape[2]
     mask = call.mask
+    # the kernel's is_causal path returns NaN for scale <= 0 (torch 2.13, CPU): such masks take
+    # their tiles' additive masks instead (the "tiles" route), which are exact for any scale
+    causal_ok = call.scale > 0
     if mask is None:
         route = FusedRoute("dense", call.scale)
-    elif type(mask) is CausalMask:
+    elif type(mask) is CausalMask and causal_ok:
         route = FusedRoute("causal", call.scale, mask, causal_off=alignment_offset(mask.align, L, S))
     elif type(mask) is SlidingWindowMask and (band := band_of(mask, L, S)) is not None:
         route = FusedRoute("band", call.scale, mask, band=band)
-    elif (plm := prefix_lm_of(mask, L, S)) is not None:
+    elif causal_ok and (plm := prefix_lm_of(mask, L, S)) is not None:
         route = FusedRoute("prefix_lm", call.scale, mask, causal_off=plm[0], prefix=plm[1])
     elif "h" not in mask.dims and (segs := cached_segments(mask, L, S)) is not None:  # cached per (mask, L, S)
         route = FusedRoute("tiles", call.scale, mask, segments=segs)

@@ -56,7 +56,7 @@ from .fused_grad import lse_terms, tile_plan
 from .fused_merge import empty_rows_to_neginf
 from .function import _fail_when_differentiated
 from .backward import _backward
-from .params import _bias_params
+from .params import bias_tensors
 
 __all__ = ["RelativeRoute", "relative_route_of", "run_relative", "PATH_NAME", "RELATIVE_BLOCK"]
 
@@ -215,7 +215,7 @@ def run_bias_route(call, route, forward, path: str, tile_loop):
         # a huge or infinite value in a key or query row the mask hides would meet the kernel's -inf
         # as inf - inf = NaN; the tile loop zeroes such rows first (:mod:`.leaks`)
         return tile_loop(call)
-    params = _bias_params(call.bias)
+    params = bias_tensors(call)
     out, lse = _RelativeFunction.apply(call, route, forward, call.q, call.k, call.v, *params)
     return BackendResult(out, None, lse, torch.isneginf(lse).sum(), [], route=path)
 
