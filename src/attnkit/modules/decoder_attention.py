@@ -94,14 +94,14 @@ class DecoderAttention(nn.Module):
         require_tensor("x", x)
         if x.dim() != 3 or x.shape[-1] != self.embed_dim:
             raise ValueError(f"x must be (B, L, D={self.embed_dim}), got shape {tuple(x.shape)}")
+        if cache is not None and not isinstance(cache, KVCache):
+            raise TypeError(f"cache must be an attnkit.cache self-attention cache (from .new_cache()), got {type(cache).__name__}")
         B, L, _ = x.shape
         pos = _positions(positions, cache, B, L, x.device)
         q, k, v = self.project(x, pos)
         if cache is None:
             mask = M.causal() if self.window is None else M.causal() & M.sliding_window(left=self.window - 1, right=0)
         else:
-            if not isinstance(cache, KVCache):
-                raise TypeError(f"cache must be an attnkit.cache self-attention cache (from .new_cache()), got {type(cache).__name__}")
             view = cache.update(k, v, positions=None if positions is None else pos)
             mask, k, v = cache_mask(view, pos, None, causal=True, window=self.window), view.k, view.v
         out, weights = self.attend(q, k, v, mask, need_weights)  # (B, L, H, E)

@@ -66,8 +66,9 @@ class DifferentialAttention(DecoderAttention):
 
     def lam(self) -> torch.Tensor:
         """λ = exp(λ_q1·λ_k1) − exp(λ_q2·λ_k2) + λ_init (a 0-d tensor, differentiable)."""
-        one = torch.exp(torch.sum(self.lambda_q1 * self.lambda_k1, dtype=torch.float32))
-        two = torch.exp(torch.sum(self.lambda_q2 * self.lambda_k2, dtype=torch.float32))
+        dt = torch.promote_types(self.lambda_q1.dtype, torch.float32)  # float32 at least, as DiffLlama sums
+        one = torch.exp(torch.sum(self.lambda_q1 * self.lambda_k1, dtype=dt))
+        two = torch.exp(torch.sum(self.lambda_q2 * self.lambda_k2, dtype=dt))
         return one - two + self.lambda_init
 
     def attend(self, q, k, v, mask, need_weights: bool):

@@ -8,7 +8,7 @@ over the last axis. No mean is subtracted (unlike LayerNorm). Two parameterisati
 are in use and give the same function with different stored numbers: LLaMA, Qwen3, DeepSeek store
 ``w`` (initialised to 1, ``offset=0``); Gemma and Qwen3-Next store ``w - 1`` (initialised to 0,
 ``offset=1``), so weight decay pulls the gain towards 1 instead of 0. The statistics are taken in
-float32 whatever the input dtype (a bf16 mean of squares loses the small coordinates).
+float32 at least whatever the input dtype (a bf16 mean of squares loses the small coordinates).
 
 Shape legend: x (..., N), weight (N,).
 """
@@ -42,10 +42,10 @@ class RMSNorm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.shape[-1] != self.dim:
             raise ValueError(f"RMSNorm(dim={self.dim}) got input with last axis {x.shape[-1]} (shape {tuple(x.shape)}); build it with dim={x.shape[-1]}")
-        xf = x.float()
+        xf = x.to(torch.promote_types(x.dtype, torch.float32))  # float32 at least; float64 stays float64
         y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
         if self.weight is not None:
-            y = y * (self.offset + self.weight.float())
+            y = y * (self.offset + self.weight.to(xf.dtype))
         return y.to(x.dtype)
 
     def extra_repr(self) -> str:
