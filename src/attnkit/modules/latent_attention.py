@@ -163,11 +163,11 @@ class MultiHeadLatentAttention(nn.Module):
         else:
             kv, k_pos = cache.update(latent, k_rope, None if given is None else pos)
             in_order = cache.in_order
-        mask = _causal_mask(L, kv.shape[2], pos, k_pos, in_order)
+        where = (pos, k_pos, in_order)
         if self.choose_path(L, kv.shape[2]) == "absorb":
-            out = self.attend_absorbed(q_nope, q_rope, kv, mask)
+            out = self.attend_absorbed(q_nope, q_rope, kv, where)
         else:
-            out = self.attend_expanded(q_nope, q_rope, kv, mask)
+            out = self.attend_expanded(q_nope, q_rope, kv, where)
         return self.o_proj(out), None  # (B, L, D)
 
     def project(self, x: torch.Tensor, pos: torch.Tensor):
@@ -180,22 +180,30 @@ class MultiHeadLatentAttention(nn.Module):
         k_rope = self.rotary(k_rope[:, None], pos)[:, 0]  # one rotary key for all heads
         return q_nope, q_rope, self.kv_norm(latent), k_rope
 
-    def attend_absorbed(self, q_nope, q_rope, kv, mask) -> torch.Tensor:
-        """MQA over the latent: q̃ = [W_UKᵀ q_nope ; q_rope] (B, H, L, r + dr), k = kv, v = kv[..., :r] → (B, L, H·dv)."""
+    def attend_absorbed(self, q_nope, q_rope, kv, where) -> torch.Tensor:
+        """MQA over the latent: q̃ = [W_UKᵀ q_nope ; q_rope] (B, H, L, r + dr), k = kv, v = kv[..., :r] → (B, L, H·dv).
+
+        With one key/value head, the H heads are H more query rows of a single head: q̃ is attended as
+        (B, 1, H·L, r + dr), the causal mask reading each row's position, so the cache is read as it
+        lies, never repeated per head (a GQA backend would copy it H times)."""
+        B, H, L, _ = q_nope.shape
         w_uk, w_uv = self.up_weights()
         q_lat = torch.einsum("bhld,hdr->bhlr", q_nope, w_uk)  # (B, H, L, r)
-        q_abs = torch.cat((q_lat, q_rope), dim=-1)
-        o_lat = attention(q_abs, kv, kv[..., : self.kv_lora_rank], mask=mask, scale=self.scale).out  # (B, H, L, r)
-        out = torch.einsum("bhlr,hvr->blhv", o_lat, w_uv)  # (B, L, H, dv)
-        return out.reshape(out.shape[0], out.shape[1], -1)
+        q_abs = torch.cat((q_lat, q_rope), dim=-1).reshape(B, 1, H * L, -1)  # row h·L + l is head h, token l
+        pos, k_pos, in_order = where
+        mask = None if (L == 1 and in_order) else PositionedMask(M.causal(), pos.repeat(1, H), k_pos)
+        o_lat = attention(q_abs, kv, kv[..., : self.kv_lora_rank], mask=mask, scale=self.scale).out  # (B, 1, H·L, r)
+        out = torch.einsum("bhlr,hvr->blhv", o_lat.view(B, H, L, -1), w_uv)  # (B, L, H, dv)
+        return out.reshape(B, L, -1)
 
-    def attend_expanded(self, q_nope, q_rope, kv, mask) -> torch.Tensor:
+    def attend_expanded(self, q_nope, q_rope, kv, where) -> torch.Tensor:
         """Every cached latent through kv_b_proj: per-head keys (B, H, S, dn + dr), values (B, H, S, dv) → (B, L, H·dv)."""
         B, _, S, _ = kv.shape
         H, r = self.num_heads, self.kv_lora_rank
         kvb = self.kv_b_proj(kv[:, 0, :, :r]).view(B, S, H, -1).transpose(1, 2)  # (B, H, S, dn + dv)
         k_nope, v = kvb.split([self.qk_nope_dim, self.v_dim], dim=-1)
         k = torch.cat((k_nope, kv[:, :, :, r:].expand(B, H, S, self.qk_rope_dim)), dim=-1)
+        mask = _causal_mask(q_nope.shape[2], *where)
         out = attention(torch.cat((q_nope, q_rope), -1), k, v, mask=mask, scale=self.scale).out  # (B, H, L, dv)
         return out.transpose(1, 2).reshape(B, out.shape[2], -1)
 
@@ -204,7 +212,7 @@ class MultiHeadLatentAttention(nn.Module):
                 f"qk_nope_dim={self.qk_nope_dim}, qk_rope_dim={self.qk_rope_dim}, v_dim={self.v_dim}, path={self.path!r}")
 
 
-def _causal_mask(L: int, S: int, q_pos: torch.Tensor, k_pos: torch.Tensor, in_order: bool) -> M.Mask | None:
+def _causal_mask(L: int, q_pos: torch.Tensor, k_pos: torch.Tensor, in_order: bool) -> M.Mask | None:
     """Causal by position. Default positions: no mask for one new query, bottom-right causal otherwise."""
     if in_order:
         return None if L == 1 else M.causal("bottom_right")

@@ -46,6 +46,12 @@ class LatentCache:
         self.length = 0
         self.in_order = True  # every write used default positions: slot s holds position s
 
+    def crop(self, length: int) -> None:
+        """Keep the first ``length`` tokens (speculative decoding's rejected drafts, or a benchmark's rerun)."""
+        if isinstance(length, bool) or not isinstance(length, int) or not 0 <= length <= self.length:
+            raise ValueError(f"length must be an int in [0, {self.length}] (the tokens held), got {length!r}")
+        self.length = length
+
     @property
     def initialized(self) -> bool:
         return self._buf is not None
