@@ -181,7 +181,7 @@ class MultiHeadLatentAttention(nn.Module):
         return q_nope, q_rope, self.kv_norm(latent), k_rope
 
     def attend_absorbed(self, q_nope, q_rope, kv, where) -> torch.Tensor:
-        """MQA over the latent: q̃ = [W_UKᵀ q_nope ; q_rope] (B, H, L, r + dr), k = kv, v = kv[..., :r] → (B, L, H·dv).
+        """MQA over the latent: q̃ = [W_UKᵀ q_nope ; q_rope] (B, H, L, r + dr), k = kv, v = c = kv[..., :r] → (B, L, H·dv).
 
         With one key/value head, the H heads are H more query rows of a single head: q̃ is attended as
         (B, 1, H·L, r + dr), the causal mask reading each row's position, so the cache is read as it
@@ -192,8 +192,11 @@ class MultiHeadLatentAttention(nn.Module):
         q_abs = torch.cat((q_lat, q_rope), dim=-1).reshape(B, 1, H * L, -1)  # row h·L + l is head h, token l
         pos, k_pos, in_order = where
         mask = None if (L == 1 and in_order) else PositionedMask(M.causal(), pos.repeat(1, H), k_pos)
-        o_lat = attention(q_abs, kv, kv[..., : self.kv_lora_rank], mask=mask, scale=self.scale).out  # (B, 1, H·L, r)
-        out = torch.einsum("bhlr,hvr->blhv", o_lat.view(B, H, L, -1), w_uv)  # (B, L, H, dv)
+        # the value is c = kv[..., :r]; attending the whole row [c | k_rope] and dropping the last dr
+        # output columns is the same result without a copy (CPU's fused kernel wants Ev == E and would
+        # otherwise pad a copy of the whole cache every step)
+        o_lat = attention(q_abs, kv, kv, mask=mask, scale=self.scale).out[..., : self.kv_lora_rank]  # (B, 1, H·L, r)
+        out = torch.einsum("bhlr,hvr->blhv", o_lat.reshape(B, H, L, -1), w_uv)  # (B, L, H, dv)
         return out.reshape(B, L, -1)
 
     def attend_expanded(self, q_nope, q_rope, kv, where) -> torch.Tensor:

@@ -97,7 +97,15 @@ class LatentCache:
         self._buf[:, self.length:need, r:] = k_rope
         self._pos[:, self.length:need] = positions.to(self._pos.device).long().expand(B, L)
         self.length = need
-        return self._buf[:, None, :need], self._pos[:, :need]
+        return self._kv_view(need), self._pos[:, :need]
+
+    def _kv_view(self, S: int) -> torch.Tensor:
+        """The first S rows as (B, 1, S, r + dr), zero-copy. The strides of its size-1 dims are the
+        row-major ones a contiguous tensor would have (they address nothing): a fused CPU attention
+        kernel reads those strides too, so the attention backend copies views whose size-1 dims
+        carry others, which here would copy the whole cache every step."""
+        B, cap, C = self._buf.shape
+        return self._buf.as_strided((B, 1, S, C), (cap * C if B > 1 else S * C, S * C, C, 1), self._buf.storage_offset())
 
     def _grow(self, latent: torch.Tensor, k_rope: torch.Tensor, need: int) -> None:
         if self.max_len is not None and need > self.max_len:
