@@ -132,6 +132,9 @@ def main(argv=None) -> int:
     torch.set_num_threads(1)
     import transformers
 
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).parent, capture_output=True, text=True).stdout.strip()
+    load = os.getloadavg()[0]  # a shared machine: the load during the run, recorded beside the numbers
+
     hf, rope, ours = build()
     with torch.inference_mode():
         decode = [decode_row(hf, rope, ours, int(s), args.reps) for s in args.sizes.split(",")]
@@ -140,12 +143,11 @@ def main(argv=None) -> int:
         prefill = [prefill_row(ours, L, 4096, 3) for L in (1, 8, 64, 512)]
         for row in prefill:
             print(f"L={row['new']:>4} over S=4096: absorb {row['absorb_ms']:8.2f} ms  expand {row['expand_ms']:8.2f} ms  rule -> {row['rule_picks']}")
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).parent, capture_output=True, text=True).stdout.strip()
     doc = {
         "what": "one MLA decode step, DeepSeek-V2-Lite widths, float32, B=1, one thread: transformers DeepseekV2Attention "
                 "(sdpa, its DynamicCache, re-expands the latent every step) vs attnkit absorbed decoding over a LatentCache; "
                 "medians in ms. prefill: L new tokens over 4096 cached, absorb vs expand, and what path='auto' picks",
-        "commit": commit, "cpu": _cpu(), "threads": torch.get_num_threads(), "torch": torch.__version__,
+        "commit": commit, "cpu": _cpu(), "load_avg_1min_at_start": round(load, 2), "threads": torch.get_num_threads(), "torch": torch.__version__,
         "transformers": transformers.__version__, "widths": WIDTHS, "decode": decode, "prefill": prefill,
     }
     Path(args.out).write_text(json.dumps(doc, indent=1))
