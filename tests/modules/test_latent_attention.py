@@ -130,3 +130,22 @@ def test_bad_inputs_raise_with_the_fix():
     cache.update(torch.zeros(1, 1, 4), torch.zeros(1, 1, 2))
     with pytest.raises(ValueError, match="B=1"):
         cache.update(torch.zeros(2, 1, 4), torch.zeros(2, 1, 2))
+
+
+def test_absorption_is_exact_for_any_widths():
+    """Hypothesis: absorbed and expanded agree (float64, 1e-10) over random widths, lengths and positions."""
+    hyp = pytest.importorskip("hypothesis")
+    st = hyp.strategies
+
+    @hyp.settings(max_examples=8, deadline=None)
+    @hyp.given(H=st.integers(1, 4), r=st.integers(1, 12), dn=st.integers(1, 6), half_dr=st.integers(1, 3), dv=st.integers(1, 6),
+               L=st.integers(1, 6), q_lora=st.sampled_from([None, 5]), start=st.integers(0, 30))
+    def check(H, r, dn, half_dr, dv, L, q_lora, start):
+        torch.manual_seed(H * 100 + r)
+        m = MultiHeadLatentAttention(8, H, kv_lora_rank=r, qk_nope_dim=dn, qk_rope_dim=2 * half_dr, v_dim=dv, q_lora_rank=q_lora,
+                                     dtype=torch.float64)
+        x = torch.randn(2, L, 8, dtype=torch.float64)
+        a, b = _both(m, x, positions=torch.arange(start, start + L))
+        assert (a - b).abs().max().item() < 1e-10
+
+    check()
