@@ -118,6 +118,8 @@ def test_bad_inputs_raise_with_the_fix():
     m = _mla()
     with pytest.raises(ValueError, match=r"x must be \(B, L, D=32\)"):
         m(torch.randn(2, 32))
+    with pytest.raises(ValueError, match=r"positions must be an integer \(L,\)=\(2,\)"):
+        m(torch.randn(1, 2, 32), positions=torch.arange(3))
     with pytest.raises(TypeError, match="LatentCache"):
         m(torch.randn(1, 2, 32), cache=DynamicCache())
     with pytest.raises(ValueError, match="path must be one of"):

@@ -97,7 +97,7 @@ class DecoderAttention(nn.Module):
         if cache is not None and not isinstance(cache, KVCache):
             raise TypeError(f"cache must be an attnkit.cache self-attention cache (from .new_cache()), got {type(cache).__name__}")
         B, L, _ = x.shape
-        pos = _positions(positions, cache, B, L, x.device)
+        pos = resolve_positions(positions, cache, B, L, x.device)
         q, k, v = self.project(x, pos)
         if cache is None:
             mask = M.causal() if self.window is None else M.causal() & M.sliding_window(left=self.window - 1, right=0)
@@ -132,8 +132,9 @@ class DecoderAttention(nn.Module):
         return f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, kv_heads={self.kv_heads}, head_dim={self.head_dim}{extras}, sinks={self.sinks is not None}"
 
 
-def _positions(positions, cache, B: int, L: int, device) -> torch.Tensor:
-    """(B, L) absolute positions: given ((L,) or (B, L)), continuing the cache, or 0..L-1."""
+def resolve_positions(positions, cache, B: int, L: int, device) -> torch.Tensor:
+    """(B, L) absolute positions: given ((L,) or (B, L)), continuing ``cache`` (any cache with
+    ``positions_for(B, L, device=)``), or 0..L-1."""
     if positions is None:
         return cache.positions_for(B, L, device=device) if cache is not None else torch.arange(L, device=device).expand(B, L)
     require_tensor("positions", positions)

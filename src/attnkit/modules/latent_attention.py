@@ -40,10 +40,11 @@ the original heads. In floating point the two orders round differently, by ~1e-7
              + H·L·S·(2r + dr)        (attention at latent width)
 
 Decoding (L = 1) pays S·r·H·(dn + dv) to expand and only H·S·(2r + dr) to absorb: with
-DeepSeek-V2-Lite's widths (H=16, r=512, dn=128, dr=64, dv=128) at S = 4096 that is 8.6 GFLOP against
-71 MFLOP. A full prefill (L = S) makes the expansion cheap relative to its attention, whose
-latent width 2r + dr is 3.4× the expanded 320, so expansion wins there. ``path="auto"`` compares
-these two counts per call (the rule ``benchmarks/mla_decode.py`` checks against measured times).
+DeepSeek-V2-Lite's widths (H=16, r=512, dn=128, dr=64, dv=128) at S = 4096 that is 8.6 G
+multiply-adds against 73 M. A full prefill (L = S) makes the expansion cheap relative to its
+attention, whose latent width 2r + dr is 3.4× the expanded 320, so expansion wins there.
+``path="auto"`` compares these two counts per call; ``benchmarks/mla_decode.py`` times both orders
+for L = 1, 8, 64, 512 new tokens over 4096 and records whether the rule picked the faster one.
 
 Shape legend: x (B, L, D); q (B, H, L, dn + dr); latent cache (B, 1, S, r + dr); out (B, L, D).
 """
@@ -57,6 +58,7 @@ from ..core import masks as M
 from ..core.call import attention
 from ..core.checks import require_choice, require_positive_int, require_tensor
 from .cache_positions import PositionedMask
+from .decoder_attention import resolve_positions
 from .frequency_rotary import FrequencyRotary
 from .latent_cache import LatentCache
 from .rms_norm import RMSNorm
@@ -153,15 +155,12 @@ class MultiHeadLatentAttention(nn.Module):
         if cache is not None and not isinstance(cache, LatentCache):
             raise TypeError(f"cache must be a LatentCache (from .new_cache()), got {type(cache).__name__}")
         B, L, _ = x.shape
-        given = positions
-        if positions is None:
-            positions = cache.positions_for(B, L, x.device) if cache is not None else torch.arange(L, device=x.device).expand(B, L)
-        pos = positions.to(x.device).long().expand(B, L)
+        pos = resolve_positions(positions, cache, B, L, x.device)  # (B, L)
         q_nope, q_rope, latent, k_rope = self.project(x, pos)
         if cache is None:
-            kv, k_pos, in_order = torch.cat((latent, k_rope), -1)[:, None], pos, given is None
+            kv, k_pos, in_order = torch.cat((latent, k_rope), -1)[:, None], pos, positions is None
         else:
-            kv, k_pos = cache.update(latent, k_rope, None if given is None else pos)
+            kv, k_pos = cache.update(latent, k_rope, None if positions is None else pos)
             in_order = cache.in_order
         where = (pos, k_pos, in_order)
         if self.choose_path(L, kv.shape[2]) == "absorb":
