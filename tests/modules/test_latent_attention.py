@@ -43,6 +43,22 @@ def test_absorbed_equals_expanded_float32(q_lora_rank):
     assert (a - b).abs().max().item() <= 1e-5
 
 
+def test_both_orders_return_the_same_weights():
+    m = _mla()
+    x = torch.randn(2, 5, 32)
+    cache = m.new_cache()
+    with torch.no_grad():
+        m(x[:, :4], cache=cache)
+        outs = {}
+        for path in ("absorb", "expand"):
+            m.path = path
+            cache.crop(4)
+            outs[path] = m(x[:, 4:], cache=cache, need_weights=True)[1]
+    assert outs["absorb"].shape == (2, 4, 1, 5)
+    torch.testing.assert_close(outs["absorb"], outs["expand"], atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(outs["absorb"].sum(-1), torch.ones(2, 4, 1))
+
+
 def test_both_orders_pass_gradcheck_in_float64():
     m = _mla(dtype=torch.float64)
     x = torch.randn(1, 4, 32, dtype=torch.float64, requires_grad=True)

@@ -76,7 +76,7 @@ def plan_cost(L: int, S: int, *, heads: int, kv_lora_rank: int, qk_nope_dim: int
 
 
 class MultiHeadLatentAttention(nn.Module):
-    """DeepSeek's MLA. ``forward(x, *, positions=None, cache=None) -> (out, None)``; causal.
+    """DeepSeek's MLA. ``forward(x, *, positions=None, cache=None, need_weights=False) -> (out, weights | None)``; causal.
 
     ``path`` picks the order: ``"absorb"``, ``"expand"`` or ``"auto"`` (the cheaper by
     :func:`plan_cost`, per call). ``rotary`` is any ``f(x (B, H, L, dr), positions) -> x``;
@@ -147,8 +147,8 @@ class MultiHeadLatentAttention(nn.Module):
         return "absorb" if cost["absorb"] < cost["expand"] else "expand"
 
     # forward ---------------------------------------------------------------------------------------
-    def forward(self, x: torch.Tensor, *, positions: torch.Tensor | None = None, cache: LatentCache | None = None):
-        """x (B, L, D) → ((B, L, D), None). ``positions`` (L,) or (B, L): default 0..L-1, or after the cache."""
+    def forward(self, x: torch.Tensor, *, positions: torch.Tensor | None = None, cache: LatentCache | None = None, need_weights: bool = False):
+        """x (B, L, D) → ((B, L, D), weights (B, H, L, S) or None). ``positions`` (L,) or (B, L): default 0..L-1, or after the cache."""
         require_tensor("x", x)
         if x.dim() != 3 or x.shape[-1] != self.embed_dim:
             raise ValueError(f"x must be (B, L, D={self.embed_dim}), got shape {tuple(x.shape)}")
@@ -164,10 +164,10 @@ class MultiHeadLatentAttention(nn.Module):
             in_order = cache.in_order
         where = (pos, k_pos, in_order)
         if self.choose_path(L, kv.shape[2]) == "absorb":
-            out = self.attend_absorbed(q_nope, q_rope, kv, where)
+            out, weights = self.attend_absorbed(q_nope, q_rope, kv, where, need_weights)
         else:
-            out = self.attend_expanded(q_nope, q_rope, kv, where)
-        return self.o_proj(out), None  # (B, L, D)
+            out, weights = self.attend_expanded(q_nope, q_rope, kv, where, need_weights)
+        return self.o_proj(out), weights  # (B, L, D)
 
     def project(self, x: torch.Tensor, pos: torch.Tensor):
         """x (B, L, D) → q_nope (B, H, L, dn), rotated q_rope (B, H, L, dr), latent (B, L, r), rotated k_rope (B, L, dr)."""
@@ -179,7 +179,7 @@ class MultiHeadLatentAttention(nn.Module):
         k_rope = self.rotary(k_rope[:, None], pos)[:, 0]  # one rotary key for all heads
         return q_nope, q_rope, self.kv_norm(latent), k_rope
 
-    def attend_absorbed(self, q_nope, q_rope, kv, where) -> torch.Tensor:
+    def attend_absorbed(self, q_nope, q_rope, kv, where, need_weights: bool = False):
         """MQA over the latent: q̃ = [W_UKᵀ q_nope ; q_rope] (B, H, L, r + dr), k = kv, v = c = kv[..., :r] → (B, L, H·dv).
 
         With one key/value head, the H heads are H more query rows of a single head: q̃ is attended as
@@ -194,11 +194,12 @@ class MultiHeadLatentAttention(nn.Module):
         # the value is c = kv[..., :r]; attending the whole row [c | k_rope] and dropping the last dr
         # output columns is the same result without a copy (CPU's fused kernel wants Ev == E and would
         # otherwise pad a copy of the whole cache every step)
-        o_lat = attention(q_abs, kv, kv, mask=mask, scale=self.scale).out[..., : self.kv_lora_rank]  # (B, 1, H·L, r)
+        res = attention(q_abs, kv, kv, mask=mask, scale=self.scale, return_weights=need_weights)
+        o_lat = res.out[..., : self.kv_lora_rank]  # (B, 1, H·L, r)
         out = torch.einsum("bhlr,hvr->blhv", o_lat.reshape(B, H, L, -1), w_uv)  # (B, L, H, dv)
-        return out.reshape(B, L, -1)
+        return out.reshape(B, L, -1), None if res.weights is None else res.weights.view(B, H, L, -1)
 
-    def attend_expanded(self, q_nope, q_rope, kv, where) -> torch.Tensor:
+    def attend_expanded(self, q_nope, q_rope, kv, where, need_weights: bool = False):
         """Every cached latent through kv_b_proj: per-head keys (B, H, S, dn + dr), values (B, H, S, dv) → (B, L, H·dv)."""
         B, _, S, _ = kv.shape
         H, r = self.num_heads, self.kv_lora_rank
@@ -206,8 +207,8 @@ class MultiHeadLatentAttention(nn.Module):
         k_nope, v = kvb.split([self.qk_nope_dim, self.v_dim], dim=-1)
         k = torch.cat((k_nope, kv[:, :, :, r:].expand(B, H, S, self.qk_rope_dim)), dim=-1)
         mask = _causal_mask(q_nope.shape[2], *where)
-        out = attention(torch.cat((q_nope, q_rope), -1), k, v, mask=mask, scale=self.scale).out  # (B, H, L, dv)
-        return out.transpose(1, 2).reshape(B, out.shape[2], -1)
+        res = attention(torch.cat((q_nope, q_rope), -1), k, v, mask=mask, scale=self.scale, return_weights=need_weights)
+        return res.out.transpose(1, 2).reshape(B, res.out.shape[2], -1), res.weights  # (B, L, H·dv), (B, H, L, S) or None
 
     def extra_repr(self) -> str:
         return (f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, kv_lora_rank={self.kv_lora_rank}, q_lora_rank={self.q_lora_rank}, "
