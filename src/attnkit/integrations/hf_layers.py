@@ -28,8 +28,8 @@ config, so every ``rope_type`` with fixed frequencies (default, linear, YaRN, LL
 ``rope_interleave`` selects the interleaved layout. Frequencies that change with the sequence
 length (``dynamic``, ``longrope``) are refused with a ValueError.
 
-Every returned module is causal and has ``forward(x, *, positions=None, cache=None) -> (out,
-weights | None)`` and ``new_cache()`` (with ``nbytes``).
+Every returned module is causal and has ``forward(x, *, positions=None, cache=None,
+need_weights=False) -> (out, weights | None)`` and ``new_cache()`` (with ``nbytes``).
 
 Shape legend: x (B, L, D); positions (L,) or (B, L); out (B, L, D).
 """
