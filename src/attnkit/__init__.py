@@ -19,6 +19,7 @@ from . import backends as _backends  # registers the built-in backends (the core
 from .backends.blockwise import blockwise_attention, set_tile_sizes
 from .backends.linear import linear_attention
 from .modules.multihead import MultiHeadAttention
+from .modules.latent_attention import MultiHeadLatentAttention
 from .modules.rotary import RotaryEmbedding
 import sys as _sys
 
@@ -45,6 +46,7 @@ __all__ = [
     "BackendResult",
     "Report",
     "MultiHeadAttention",
+    "MultiHeadLatentAttention",
     "RotaryEmbedding",
     "available_backends",
     "biases",

@@ -60,6 +60,7 @@ from ..core import hooks
 from ..core import masks as M
 from ..core.call import attention
 from . import hf_packed, hf_weights
+from .hf_layers import from_hf_attention  # noqa: F401  (one layer out of a model, as an attnkit module)
 
 DEFAULT_NAME = "attnkit"
 

@@ -7,6 +7,8 @@ attnkit stays light; ``from attnkit.modules.cbam import CBAM`` works as well.
 text / sequences         MultiHeadAttention, RotaryEmbedding, TransformerEncoderLayer,
                          TransformerDecoderLayer, SinusoidalPositionalEncoding,
                          LearnedPositionalEncoding
+today's decoder layers   MultiHeadLatentAttention, LatentCache, DecoderAttention, OutputGate,
+                         DifferentialAttention, FrequencyRotary, RMSNorm
 RNN seq2seq              BahdanauAttention, LuongAttention, make_seq2seq_attention
 vision (B, C, H, W)      SqueezeExcite, ECA, CBAM, ChannelAttention, SpatialAttention, MHSA2d,
                          create_attn
@@ -45,6 +47,13 @@ _EXPORTS = {
     "SlidingWindowCache": "cache_kinds",
     "CrossAttentionCache": "cache_kinds",
     "mha_from_torch": "torch_interop",
+    "MultiHeadLatentAttention": "latent_attention",
+    "LatentCache": "latent_cache",
+    "DecoderAttention": "decoder_attention",
+    "OutputGate": "gated_attention",
+    "DifferentialAttention": "differential_attention",
+    "FrequencyRotary": "frequency_rotary",
+    "RMSNorm": "rms_norm",
     "mha_to_torch": "torch_interop",
 }
 
