@@ -103,7 +103,7 @@ def boxes_figure(models: dict, images: torch.Tensor, targets: list, classes, lan
         for j in range(n):
             ax = fig.add_subplot(len(models), n, r * n + j + 1)
             img = images[j].mean(0) if images.shape[1] > 1 else images[j, 0]
-            ax.imshow(img.cpu(), cmap="gray", vmin=0, vmax=1)
+            ax.imshow(img.cpu().numpy(), cmap="gray", vmin=0, vmax=1)
             _draw_boxes(ax, img, targets[j].tolist(), classes, "lime", dashed=True)
             p = preds[j].cpu()
             _draw_boxes(ax, img, [[c, *b] for *b, _, c in p.tolist()], classes, "red", scores=p[:, 4].tolist())

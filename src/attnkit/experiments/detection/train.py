@@ -145,8 +145,9 @@ class DetectionExperiment(Experiment):
                     f"{cost['params']:,} params, {cost['gflops']:.3f} GFLOPs")
         from . import plots
 
-        return {"data": data.describe(), "variants": out, "verdict": plots.verdicts(out),
-                "figures": plots.make_figures(ctx, out, trained, data), "published": plots.PUBLISHED}
+        figures = plots.make_figures(ctx, out, trained, data) if cfg.get("figures", True) else []
+        return {"data": data.describe(), "variants": out, "verdict": plots.verdicts(out), "figures": figures,
+                "published": plots.PUBLISHED}
 
     def report(self, results, out_dir, lang: str = "en", full_results=None):
         from .section import section
