@@ -79,7 +79,6 @@ def map_cost_figure(variants: dict, lang: str = "en"):
         ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.suptitle(pick(lang, "Detection accuracy against cost (mean ± std over seeds)", "检测精度与开销（多个种子的均值 ± 标准差）"), fontsize=9)
-    fig.tight_layout()
     return fig
 
 
