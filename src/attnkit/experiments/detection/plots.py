@@ -116,35 +116,41 @@ def boxes_figure(models: dict, images: torch.Tensor, targets: list, classes, lan
 
 
 def attention_for_detection(model, image: torch.Tensor):
-    """The last MHSA's weights (heads, N, N) on one image, its map's (h, w), and the cell under the
-    centre of the best detection (or the map's centre when nothing is detected)."""
+    """The weights (heads, N, N) of the model's MHSA with the largest map on one image, that map's
+    (h, w), the cell under the centre of the best detection (the map's centre when nothing is
+    detected) and that detection's row (x1, y1, x2, y2, score, class), or None."""
     import attnkit
 
     with attnkit.inspect.capture(model) as rec:
         model(image[None])
-    w = rec.attentions[-1][0].detach()  # (heads, N, N) of the last MHSA2d called
-    det = model.predict(image[None], conf=0.0)[0]
-    sizes = [m.attn for m in model.modules() if isinstance(m, attnkit.modules.mhsa2d.MHSA2d)]
-    S = image.shape[-1]
+    w = max((a[0].detach() for a in rec.attentions), key=lambda a: a.shape[-1])  # (heads, N, N): P4 over P5 when both
     side = math.isqrt(w.shape[-1])
-    stride = S // side
-    if len(det) and sizes:
-        x1, y1, x2, y2 = det[0, :4].tolist()
-        cell = (min(side - 1, int((y1 + y2) / 2 // stride)), min(side - 1, int((x1 + x2) / 2 // stride)))
-        box = det[0]
-    else:
-        cell, box = (side // 2, side // 2), None
-    return w, (side, side), cell, box
+    stride = image.shape[-1] // side
+    det = model.predict(image[None], conf=0.0)[0]
+    if not len(det):
+        return w, (side, side), (side // 2, side // 2), None
+    x1, y1, x2, y2 = det[0, :4].tolist()
+    cell = (min(side - 1, max(0, int((y1 + y2) / 2 // stride))), min(side - 1, max(0, int((x1 + x2) / 2 // stride))))
+    return w, (side, side), cell, det[0]
 
 
 def attention_figure(model, image: torch.Tensor, classes, variant: str, lang: str = "en"):
+    """:func:`attnkit.inspect.vision.plot_pixel_attention` for the detection's cell, the box drawn in white."""
+    from matplotlib.patches import Rectangle
+
     from ...inspect.vision import plot_pixel_attention
 
     w, grid, cell, box = attention_for_detection(model, image)
     what = f"{classes[int(box[5])]} {float(box[4]):.2f}" if box is not None else pick(lang, "no detection", "无检测")
     title = pick(lang, f"{label(variant)}: where the {grid[0]}x{grid[1]} map's cell under the top detection ({what}) looks",
                  f"{label(variant, 'zh')}：最高分检测（{what}）中心所在的 {grid[0]}x{grid[1]} 特征图单元在看哪里")
-    return plot_pixel_attention(w, grid, cell, image.mean(0).cpu(), title=title, lang=lang)
+    fig = plot_pixel_attention(w, grid, cell, image.mean(0).cpu(), title=title, lang=lang)
+    if box is not None:
+        scale = grid[0] / image.shape[-1]  # the panels are drawn in map cells
+        x1, y1, x2, y2 = (float(v) * scale for v in box[:4])
+        for ax in fig.axes[: w.shape[0]]:
+            ax.add_patch(Rectangle((x1, y1), x2 - x1, y2 - y1, fill=False, edgecolor="white", linewidth=1.2, linestyle="--"))
+    return fig
 
 
 def make_figures(ctx, variants: dict, trained: dict, data) -> list[str]:
