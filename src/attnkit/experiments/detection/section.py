@@ -42,7 +42,7 @@ def results_table(r: dict, lang: str) -> str:
     for name, v in r["variants"].items():
         vd = verdict.get(name)
         word = "—" if vd is None else f"{100 * vd['delta']:+.1f} (SE {100 * vd['se']:.1f}): " + _tr(lang, *VERDICT[vd["label"]])
-        rows.append([label(name, lang), _pm(v["map50"]), _pm(v["map50_95"]), f"{v['params']:,}", f"{v['gflops']:.3f}",
+        rows.append([label(name, lang), _pm(v["map50"]), _pm(v["map50_95"]), f"{v['params']:,}", f"{v['gflops']:.4f}",
                      f"{v['act_mem_mb']:.1f}", f"{v['train_s']['mean']:.0f}", word])
     return table(head, rows)
 
