@@ -27,7 +27,6 @@ Shape legend: B batch, C channels, S×S canvas, M objects per image (padded).
 
 from __future__ import annotations
 
-import statistics
 import time
 
 import torch
@@ -37,11 +36,8 @@ from ...data.detection_synth import VARIANTS as SYNTH, make_detection_set
 from ...models.detection import PLACEMENTS, DetectionLoss, MHSAPlacement, YOLODetector
 from ..lab.registry import Experiment, register
 from ..lab.runner import SetupError
+from ..vision.train import mean_std
 from .measure import activation_mb, evaluate_map, forward_flops
-
-
-def mean_std(values: list[float]) -> dict:
-    return {"mean": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else 0.0, "per_seed": values}
 
 
 def build_detector(name: str, cfg: dict, num_classes: int, in_chans: int, size: int) -> YOLODetector:
