@@ -64,11 +64,11 @@ def outcome_sentences(r: dict, lang: str) -> list[str]:
     for name, vd in verdict.items():
         m = v[name]
         flops = 100 * (m["gflops"] / p["gflops"] - 1)
-        time_ = 100 * (m["train_s"]["mean"] / p["train_s"]["mean"] - 1)
+        mem = 100 * (m["act_mem_mb"] / p["act_mem_mb"] - 1)  # not training time: a shared machine's load moves it more than the model
         out.append(_tr(lang, f"{label(name)}: {_pm(m['map50_95'])}%, a difference of {100 * vd['delta']:+.1f} points "
-                             f"(SE {100 * vd['se']:.1f}): {VERDICT[vd['label']][0]}; it cost {flops:+.0f}% FLOPs and {time_:+.0f}% training time.",
+                             f"(SE {100 * vd['se']:.1f}): {VERDICT[vd['label']][0]}; it cost {flops:+.0f}% FLOPs and {mem:+.0f}% activation memory.",
                        f"{label(name, 'zh')}：{_pm(m['map50_95'])}%，相差 {100 * vd['delta']:+.1f} 个百分点"
-                       f"（SE {100 * vd['se']:.1f}）：{VERDICT[vd['label']][1]}；代价是 FLOPs {flops:+.0f}%、训练时间 {time_:+.0f}%。"))
+                       f"（SE {100 * vd['se']:.1f}）：{VERDICT[vd['label']][1]}；代价是 FLOPs {flops:+.0f}%、激活内存 {mem:+.0f}%。"))
     return out
 
 
@@ -83,8 +83,8 @@ def honest_sentence(r: dict, lang: str) -> str:
         return _tr(lang, f"Here MHSA helped beyond the 2 SE rule at: {', '.join(helped)} — on this data, at this size, for its extra cost.",
                    f"在这里，MHSA 在以下位置按 2 SE 规则确实有帮助：{'、'.join(helped)}——仅限这份数据、这个规模，并且付出了额外开销。")
     return _tr(lang, "Here MHSA did not help: no placement beat the plain detector by more than twice the standard error, "
-                     "while every placement cost FLOPs, memory and training time.",
-               "在这里 MHSA 没有帮助：没有任何插入位置以超过两倍标准误的幅度胜过普通检测器，而每个位置都付出了 FLOPs、内存和训练时间。")
+                     "while every placement cost parameters, FLOPs and memory.",
+               "在这里 MHSA 没有帮助：没有任何插入位置以超过两倍标准误的幅度胜过普通检测器，而每个位置都付出了参数、FLOPs 和内存。")
 
 
 def published_html(lang: str) -> str:
