@@ -18,9 +18,9 @@ Recipe: AdamW, one-cycle learning rate stepped per batch, gradient norm clipped 
 no augmentation, no model selection; the validation split is read once per model, after training.
 Resumable: every (variant, seed) is one checkpointed ``ctx.fit`` tag.
 
-``--quick`` (default): 320 training / 96 validation canvases of 96×96, 20 epochs, 2 seeds, about 5
-minutes on 2 cores. ``--full``: 512 / 192 canvases, 15 epochs, 3 seeds (one thread: about 20 min per
-data variant on an idle core).
+``--quick`` (default): 320 training / 96 validation canvases of 96×96, 20 epochs, 2 seeds: 156 s
+on 2 idle cores. ``--full``: 512 / 192 canvases, 15 epochs, 3 seeds (one thread each: 52 min per data
+variant on a 2-core machine shared with other jobs).
 
 Shape legend: B batch, C channels, S×S canvas, M objects per image (padded).
 """
@@ -98,7 +98,7 @@ class DetectionExperiment(Experiment):
         "检测框图展示普通检测器和加了 MHSA 的检测器在同一批验证图像上找到了什么。")
     report_order = 85
     lesson = "10_attention_in_vision"
-    est_s = {"quick": 300, "tiny": 15}
+    est_s = {"quick": 160, "tiny": 15}
     tiny = {"n_train": 32, "n_val": 16, "epochs": 1, "size": 64, "variants": "plain,mhsa_p5", "seeds": 1}
     quick = {"data": "objects", "size": 96, "n_train": 320, "n_val": 96, "max_objects": 4, "data_seed": 0, "epochs": 20,
              "batch_size": 32, "lr": 4e-3, "weight_decay": 5e-4, "widths": [8, 16, 32, 64, 64], "depth": 1, "reg_max": 8,
