@@ -8,6 +8,7 @@ text                     BertModel, load_minilm, Seq2SeqRNN, Seq2SeqTransformer,
                          greedy_decode, beam_search
 vision                   ResNet, resnet18, resnet34, resnet50, resnet_small, insert_attention,
                          VisionTransformer, vit_tiny, vit_b16
+detection                YOLODetector, MHSAPlacement (YOLOv8-style, MHSA at P5/P4+P5/neck)
 time series              create_forecaster (LSTM, LSTM + attention, Transformer, PatchTST-style,
                          DLinear, naive baselines)
 =======================  =====================================================================
@@ -36,6 +37,8 @@ _EXPORTS = {
     "vit_tiny": "vit",
     "vit_b16": "vit",
     "create_forecaster": "forecasters",
+    "YOLODetector": "detection",
+    "MHSAPlacement": "detection",
 }
 
 __all__ = sorted(_EXPORTS)
