@@ -72,15 +72,15 @@ def make_layer_caches(n_layers: int, spec) -> tuple[list, str, dict]:
 
 
 class DecodeService:
-    """The character decoder, trained or read from the cache folder on first use."""
+    """The character decoder, trained or read from the cache folder on first use (``loader()``)."""
 
-    def __init__(self, decoder: CharDecoder | None = None):
-        self._decoder = decoder
+    def __init__(self, decoder: CharDecoder | None = None, *, loader=load_char_decoder):
+        self._decoder, self._loader = decoder, loader
 
     @property
     def decoder(self) -> CharDecoder:
         if self._decoder is None:
-            self._decoder = load_char_decoder()
+            self._decoder = self._loader()
         return self._decoder
 
     def info(self) -> dict:

@@ -139,9 +139,9 @@ function selectHead(layer, head) {
 
 function focusLayout(L) {
   const labels = L <= LABELS_UP_TO;
-  const margin = labels ? 84 : 4;
-  const cell = Math.max(1, Math.floor((560 - margin) / L));
-  return { labels, margin, cell, size: margin + cell * L };
+  const margin = labels ? 84 : 4, right = labels ? 48 : 4; // rotated column labels lean right
+  const cell = Math.max(1, Math.floor((560 - margin - right) / L));
+  return { labels, margin, cell, size: margin + cell * L + right };
 }
 
 function rowWeights(i) { // {j: w} of query i of the selected head: dense, or the top-k of a long input
@@ -217,7 +217,7 @@ function onFocusMove(ev) {
   const [i, j] = at, p = { i, j, qi: tok[i], kj: tok[j] };
   if (S.attn.allowed[i][j] === "0") { $("hover").textContent = t("hover_masked", p); return; }
   const w = rowWeights(i).get(j);
-  $("hover").textContent = t("hover_cell", { ...p, w: w === undefined ? "< top-k" : w.toFixed(4) });
+  $("hover").textContent = t("hover_cell", { ...p, w: w === undefined ? t("below_topk") : w.toFixed(4) });
 }
 
 function onFocusClick(ev) {
