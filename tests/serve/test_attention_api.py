@@ -10,6 +10,7 @@ import pytest
 import torch
 from conftest import request
 
+from attnkit.inspect.head_summary import HEAD_LABELS
 from attnkit.serve import limits as LIM
 
 TEXTS = ["The animal didn't cross the street because it was too tired.", "Hi!", "注意力 is all you need."]
@@ -111,9 +112,8 @@ def test_diagnostics_rollout_thumbs_and_focus(post):
     status, r = post("/api/attention", {"text": TEXTS[0], "layer": 2, "head": 5})
     assert status == 200
     L = r["n_tokens"]
-    labels = {"dead", "uniform", "positional-previous", "positional-next", "positional-self", "content"}
     assert len(r["heads_info"]) == 6 and all(len(row) == 12 for row in r["heads_info"])
-    assert {h["label"] for row in r["heads_info"] for h in row} <= labels
+    assert {h["label"] for row in r["heads_info"] for h in row} <= set(HEAD_LABELS)
     assert len(r["rollout"]) == L and abs(sum(r["rollout"]) - 1) < 1e-3
     T = min(L, LIM.THUMB_MAX)
     thumbs = np.array(r["thumbs"]["values"])

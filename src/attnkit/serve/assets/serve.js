@@ -392,7 +392,10 @@ async function init() {
   $("lang").addEventListener("click", switchLang);
   $("run").addEventListener("click", runAttention);
   for (const r of document.querySelectorAll("input[name=mask]")) r.addEventListener("change", runAttention);
-  $("window").addEventListener("change", () => { if (maskChoice() === "window") runAttention(); });
+  $("window").addEventListener("change", () => { // a half-typed width (empty, 0) waits for the next edit
+    const w = Number($("window").value);
+    if (maskChoice() === "window" && Number.isInteger(w) && w >= 1) runAttention();
+  });
   $("focus").addEventListener("mousemove", onFocusMove);
   $("focus").addEventListener("click", onFocusClick);
   $("cache-kind").addEventListener("change", onKind);
