@@ -33,9 +33,12 @@ def decoder_folder(tmp_path_factory):
 
 
 def quick_decoder(folder):
-    """The playground's decoder, trained briefly (40 steps, 3 s at most) into ``folder``."""
+    """The playground's decoder, trained briefly (40 steps, 3 s at most) into ``folder`` — or fully
+    (as ``attnkit serve`` does) when the browser test is writing the README's screenshots."""
     from attnkit.serve.char_model import load_char_decoder
 
+    if os.environ.get("ATTNKIT_SERVE_SCREENSHOTS"):
+        return load_char_decoder(folder=folder)
     return load_char_decoder(steps=40, seconds=3.0, folder=folder)
 
 

@@ -162,10 +162,11 @@ def test_step_the_decoder(driver, origin):
 def test_fits_the_width_and_screenshot(driver, origin, lang, width):
     driver.set_window_size(WIDTHS[width], 900)
     open_page(driver, origin + ("/?lang=en" if lang == "en" else "/"))
+    Select(driver.find_element(By.ID, "cache-kind")).select_by_value("sliding")  # a cache that evicts
     before = count(driver, "data-decode-count")
     driver.find_element(By.ID, "decode").click()
     wait_count(driver, "data-decode-count", before, timeout=90)
-    for _ in range(12):
+    for _ in range(24):
         driver.find_element(By.ID, "step-next").click()
     overflow = driver.execute_script("return document.documentElement.scrollWidth - document.documentElement.clientWidth")
     assert overflow <= 0, f"the page scrolls sideways by {overflow}px at {WIDTHS[width]}px"

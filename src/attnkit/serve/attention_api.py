@@ -93,6 +93,7 @@ class AttentionService:
 
             model, tokenizer = load_minilm(max_length=LIM.MAX_TOKENS)
         self.model, self.tokenizer = model.eval(), tokenizer
+        self.run(self.parse({"text": "warm up"}))  # the first forward pays one-off set-up costs; not the user's first request
 
     def parse(self, body: dict) -> AttentionRequest:
         return AttentionRequest(body, self.model.num_layers, self.model.num_heads)

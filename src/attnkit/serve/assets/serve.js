@@ -70,6 +70,7 @@ async function runAttention() {
   try {
     S.attn = await api("/api/attention", body);
     S.row = null;
+    if (!S.picked && S.attn.weights) pickClearHead();
     renderAttention();
     document.body.dataset.attnCount = String(Number(document.body.dataset.attnCount || 0) + 1);
   } catch (err) {
@@ -78,6 +79,13 @@ async function runAttention() {
     document.body.dataset.attnErrors = String(Number(document.body.dataset.attnErrors || 0) + 1);
   } finally {
     $("run").disabled = false;
+  }
+}
+
+function pickClearHead() { // open on a head with a visible pattern (previous token) rather than head 0
+  S.picked = true;
+  for (let l = 0; l < S.attn.layers; l++) for (let h = 0; h < S.attn.heads; h++) {
+    if (S.attn.heads_info[l][h].label === "positional-previous") { S.sel = { layer: l, head: h }; return; }
   }
 }
 
@@ -141,7 +149,7 @@ function focusLayout(L) {
   const labels = L <= LABELS_UP_TO;
   const margin = labels ? 84 : 4, right = labels ? 48 : 4; // rotated column labels lean right
   const cell = Math.max(1, Math.floor((560 - margin - right) / L));
-  return { labels, margin, cell, size: margin + cell * L + right };
+  return { labels, margin, cell, width: margin + cell * L + right, height: margin + cell * L + 4 };
 }
 
 function rowWeights(i) { // {j: w} of query i of the selected head: dense, or the top-k of a long input
@@ -158,7 +166,7 @@ function renderFocus() {
   const a = S.attn, L = a.n_tokens, lay = focusLayout(L), c = $("focus"), ctx = c.getContext("2d");
   $("focus-title").textContent = t("focus_title", { layer: S.sel.layer, head: S.sel.head });
   $("focus-hint").textContent = t("focus_hint", { k: S.info.limits.top_k || 5 });
-  c.width = lay.size; c.height = lay.size;
+  c.width = lay.width; c.height = lay.height;
   ctx.fillStyle = "#fff";
   ctx.fillRect(0, 0, c.width, c.height);
   const m = lay.margin, z = lay.cell;
