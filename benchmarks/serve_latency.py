@@ -9,6 +9,9 @@ byte sent to the last byte parsed by ``json.loads`` (what the page waits for, mi
 * ``attention_512``: the longest input (row summaries instead of full weights);
 * ``decode_40``: ``POST /api/decode``, 40 characters with a dynamic cache.
 
+Two clocks: wall time, and the CPU time of this process (server and client together) — on a shared
+machine the wall time also counts the time spent waiting for a core, which the CPU time does not.
+
 Prints a table and writes JSON (ms; p50, p95, max; response size). Not a test: timings depend on the
 machine and on what else runs on it (the load average is recorded beside them).
 
@@ -37,6 +40,7 @@ WORDS = ("The committee postponed its decision until the auditors had finished r
 
 def text_of(tokenizer, n_tokens: int) -> str:
     """Real words, repeated as needed, cut to exactly ``n_tokens`` tokens ([CLS] and [SEP] included)."""
+    tokenizer.tok.no_truncation()  # else every text past the tokenizer's max_length counts as max_length
     words, i = [], 0
     while True:
         candidate = " ".join(words + [WORDS[i % len(WORDS)]])
@@ -61,39 +65,45 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def post_ms(addr, path: str, body: dict) -> tuple[float, int, dict]:
-    t = time.perf_counter()
+def post_ms(addr, path: str, body: dict) -> tuple[float, float, int, dict]:
+    """(wall ms, CPU ms of this process — server and client together, ms), body size, parsed body."""
+    t, c = time.perf_counter(), time.process_time()
     conn = http.client.HTTPConnection(*addr, timeout=120)
     conn.request("POST", path, body=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
     resp = conn.getresponse()
     data = resp.read()
     parsed = json.loads(data)
-    ms = (time.perf_counter() - t) * 1e3
+    ms, cpu = (time.perf_counter() - t) * 1e3, (time.process_time() - c) * 1e3
     conn.close()
     if resp.status != 200:
         raise RuntimeError(f"{path} answered {resp.status}: {parsed}")
-    return ms, len(data), parsed
+    return ms, cpu, len(data), parsed
 
 
-def summarize(name: str, times: list[float], sizes: list[int], server_ms: list[float]) -> dict:
-    ts = sorted(times)
-    p95 = ts[min(len(ts) - 1, int(round(0.95 * (len(ts) - 1))))]
-    row = {"case": name, "n": len(ts), "p50_ms": round(statistics.median(ts), 1), "p95_ms": round(p95, 1),
-           "max_ms": round(ts[-1], 1), "server_p50_ms": round(statistics.median(server_ms), 1),
-           "response_bytes": int(statistics.median(sizes))}
-    print(f"{name:24s} p50 {row['p50_ms']:8.1f}  p95 {row['p95_ms']:8.1f}  max {row['max_ms']:8.1f} ms  "
-          f"(server {row['server_p50_ms']:.1f} ms, {row['response_bytes'] / 1e6:.2f} MB)", flush=True)
+def p95(xs: list[float]) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(0.95 * (len(xs) - 1))))]
+
+
+def summarize(name: str, times: list[float], cpus: list[float], sizes: list[int], server_ms: list[float]) -> dict:
+    row = {"case": name, "n": len(times), "p50_ms": round(statistics.median(times), 1), "p95_ms": round(p95(times), 1),
+           "max_ms": round(max(times), 1), "cpu_p50_ms": round(statistics.median(cpus), 1), "cpu_p95_ms": round(p95(cpus), 1),
+           "server_p50_ms": round(statistics.median(server_ms), 1), "response_bytes": int(statistics.median(sizes))}
+    print(f"{name:24s} wall p50 {row['p50_ms']:8.1f}  p95 {row['p95_ms']:8.1f}  max {row['max_ms']:8.1f} ms | "
+          f"CPU p50 {row['cpu_p50_ms']:7.1f}  p95 {row['cpu_p95_ms']:7.1f} ms | "
+          f"server {row['server_p50_ms']:.1f} ms, {row['response_bytes'] / 1e6:.2f} MB", flush=True)
     return row
 
 
 def run_case(addr, name: str, path: str, body: dict, reps: int) -> dict:
-    times, sizes, server = [], [], []
+    times, cpus, sizes, server = [], [], [], []
     for _ in range(reps):
-        ms, size, parsed = post_ms(addr, path, body)
+        ms, cpu, size, parsed = post_ms(addr, path, body)
         times.append(ms)
+        cpus.append(cpu)
         sizes.append(size)
         server.append(parsed["elapsed_ms"])
-    return summarize(name, times, sizes, server)
+    return summarize(name, times, cpus, sizes, server)
 
 
 def main() -> None:
@@ -124,7 +134,10 @@ def main() -> None:
         "what": "client-side latency of the attnkit serve API (HTTP round trip + json.loads), real server in-process",
         "threads": torch.get_num_threads(), "reps": args.reps, "model_load_s": round(load_s, 2),
         "goal": "attention_100 p95 <= 1000 ms on one warm CPU thread",
-        "goal_met": all(r["p95_ms"] <= 1000 for r in rows if r["case"].startswith("attention_100")),
+        "goal_met_cpu": all(r["cpu_p95_ms"] <= 1000 for r in rows if r["case"].startswith("attention_100")),
+        "goal_met_wall": all(r["p95_ms"] <= 1000 for r in rows if r["case"].startswith("attention_100")),
+        "note": "wall times include waiting for the CPU on a shared machine (see load_average_1min); CPU times are this "
+                "process's (server and client in one process, torch on one thread)",
         "machine": {"cpu": cpu_name(), "cores": os.cpu_count(),
                     "load_average_1min": round(os.getloadavg()[0], 2), "torch": torch.__version__},
         "rows": rows,

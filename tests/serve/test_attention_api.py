@@ -185,3 +185,20 @@ def test_pages_are_served_with_a_self_only_policy(server):
     conn.close()
     status, text = request(server, "GET", "/lessons/zh/04_masks.py")
     assert status == 200 and "掩码" in text
+
+
+def test_a_client_that_stops_sending_is_dropped_and_others_are_served(server, get, monkeypatch):
+    import socket
+    import time
+
+    from attnkit.serve.server import Handler
+
+    monkeypatch.setattr(Handler, "timeout", 0.5)  # the socket timeout of every new connection
+    with socket.create_connection(server, timeout=10) as s:
+        s.sendall(b"POST /api/attention HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"text\": ")  # 90 bytes short
+        t = time.perf_counter()
+        got = s.recv(4096)  # the server gives up on the body and closes (an empty read), or answers an error
+        assert time.perf_counter() - t < 5
+        assert got == b"" or b"HTTP/1.1 " in got
+    status, r = get("/api/info")
+    assert status == 200

@@ -146,6 +146,9 @@ class Handler(BaseHTTPRequestHandler):
                 self.server.model_lock.release()
         except ApiError as e:
             return self._error(e)
+        except TimeoutError:  # the client stopped sending its body: drop it, answer nothing
+            self.close_connection = True
+            return None
         except Exception as e:  # noqa: BLE001 - the server must outlive any request
             return self._json(500, {"error": f"internal error: {type(e).__name__}: {e}", "field": None})
         self._json(200, out)
