@@ -118,6 +118,29 @@ def test_type_run_and_every_mask(driver, origin):
     assert off_machine(driver, origin) == []
 
 
+def test_a_long_input_draws_from_row_summaries(driver, origin):
+    open_page(driver, origin + "/?lang=en")
+    box = driver.find_element(By.ID, "text")
+    driver.execute_script("arguments[0].value = Array(300).fill('word').join(' ')", box)  # 302 tokens, no typing wait
+    before = count(driver, "data-attn-count")
+    driver.find_element(By.ID, "run").click()
+    wait_count(driver, "data-attn-count", before)
+    assert driver.execute_script("return S.attn.weights") is None
+    assert "302 tokens" in driver.find_element(By.ID, "long-note").text
+    before = count(driver, "data-attn-count")
+    driver.find_element(By.CSS_SELECTOR, "#grid canvas[data-layer='3'][data-head='4']").click()  # asks for that head's rows
+    wait_count(driver, "data-attn-count", before)
+    assert driver.execute_script("return [S.attn.focus.layer, S.attn.focus.head]") == [3, 4]
+    top = driver.execute_script("return S.attn.focus.topk_indices[10]")
+    assert focus_pixel(driver, 10, top[0]) != [255, 255, 255, 255]  # row 10's strongest key is drawn
+    drawn = driver.execute_script(  # cells of row 10 that are not white, read in one pass
+        "const lay = focusLayout(S.attn.n_tokens), ctx = document.getElementById('focus').getContext('2d');"
+        "const y = lay.margin + 10.25 * lay.cell, d = ctx.getImageData(lay.margin, y, lay.cell * S.attn.n_tokens, 1).data;"
+        "let n = 0; for (let j = 0; j < S.attn.n_tokens; j++) { if (d[4 * j * lay.cell] < 255) n++; } return n;")
+    assert 1 <= drawn <= len(top)  # only the row's top k keys are drawn
+    assert severe(driver) == []
+
+
 def test_language_switch_and_lesson_links(driver, origin):
     open_page(driver, origin + "/")
     driver.find_element(By.ID, "lang").click()
