@@ -8,7 +8,7 @@ import torch
 from conftest import quick_decoder
 
 from attnkit.modules import cache as C
-from attnkit.serve.decode_api import SELF_ATTENTION_KINDS, kept_positions
+from attnkit.serve.decode_api import kept_positions, self_attention_kinds
 
 PROMPT = "And God said, "
 P = len(PROMPT)
@@ -81,12 +81,43 @@ def test_kept_positions_protocol():
     assert kept_positions(C.make_cache("dynamic"), 0) == []
 
 
+KNOWN_KWARGS = {"static": {"max_len": 64}, "sliding": {"window": 8}}  # kinds merged later: add their arguments here
+
+
 def test_every_registered_self_attention_kind_decodes(post):
-    kwargs = {"static": {"max_len": 64}, "sliding": {"window": 8}}
-    assert set(SELF_ATTENTION_KINDS) == set(C.KINDS) - {"cross"}
-    for kind in SELF_ATTENTION_KINDS:
-        r = decode(post, {"kind": kind, **kwargs.get(kind, {})}, steps=3)
+    assert set(self_attention_kinds()) == set(C.KINDS) - {"cross"}
+    for kind in self_attention_kinds():
+        status, r = post("/api/decode", {"prompt": PROMPT, "steps": 3, "cache": {"kind": kind, **KNOWN_KWARGS.get(kind, {})}})
+        if kind not in KNOWN_KWARGS and status == 400:  # a newer kind that needs arguments: refused in its own words
+            assert r["error"].startswith(f"cache {kind!r} with {{}}:"), r
+            continue
+        assert status == 200, r
         assert len(r["steps"]) == 3 and all(s["nbytes"] > 0 for s in r["steps"])
+
+
+class SinkAndRecent(C.DynamicCache):
+    """A toy evicting kind registered for the test: it stores everything but declares that it keeps
+    the first ``sinks`` positions and the last ``recent`` — the protocol an eviction cache follows."""
+
+    kind = "toy_sink"
+
+    def __init__(self, *, sinks: int = 1, recent: int = 4):
+        self.sinks, self.recent = sinks, recent
+        super().__init__()
+
+    def kept_positions(self):
+        t = int(self.lengths[0])
+        return sorted(set(range(min(self.sinks, t))) | set(range(max(0, t - self.recent), t)))
+
+
+def test_a_kind_registered_later_is_offered_and_its_kept_positions_are_reported(post, get, monkeypatch):
+    monkeypatch.setitem(C.KINDS, "toy_sink", SinkAndRecent)
+    assert "toy_sink" in get("/api/info")[1]["decode"]["kinds"]
+    r = decode(post, {"kind": "toy_sink", "sinks": 2, "recent": 3}, steps=6)
+    for i, s in enumerate(r["steps"]):
+        t = P + i
+        assert s["kept_positions"] == [0, 1, t - 3, t - 2, t - 1]
+    assert r["cache"] == {"kind": "toy_sink", "sinks": 2, "recent": 3}
 
 
 @pytest.mark.parametrize("body,needle", [

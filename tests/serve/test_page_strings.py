@@ -8,7 +8,7 @@ import re
 from importlib import resources
 
 from attnkit.inspect.head_summary import HEAD_LABELS
-from attnkit.serve.decode_api import SELF_ATTENTION_KINDS
+from attnkit.serve.decode_api import self_attention_kinds
 
 ASSETS = resources.files("attnkit.serve") / "assets"
 STRINGS = json.loads((ASSETS / "i18n.json").read_text(encoding="utf-8"))
@@ -41,7 +41,7 @@ def test_every_key_the_page_uses_is_defined():
 def test_head_labels_and_cache_kinds_are_translated():
     for label in HEAD_LABELS:
         assert f"label_{label}" in STRINGS["en"]
-    for kind in SELF_ATTENTION_KINDS:
+    for kind in self_attention_kinds():
         assert f"kind_{kind}" in STRINGS["en"]
 
 

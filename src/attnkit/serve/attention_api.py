@@ -29,6 +29,7 @@ Shape legend: N layers, H heads, L tokens, T thumbnail side, k top-k.
 
 from __future__ import annotations
 
+import math
 import time
 
 import numpy as np
@@ -149,8 +150,8 @@ def _head_info(attn: list[torch.Tensor], allowed: torch.Tensor, valid: torch.Ten
     keep = ("entropy", "max_weight", "previous_mass", "fixed_mass", "distance")
 
     def cell(s) -> dict:
-        d = {k: (None if getattr(s, k) != getattr(s, k) else round(getattr(s, k), 4)) for k in keep}  # NaN -> null
-        return {"label": s.label, **d}
+        values = {k: getattr(s, k) for k in keep}  # a head with no valid row has NaN numbers: JSON null
+        return {"label": s.label, **{k: None if math.isnan(v) else round(v, 4) for k, v in values.items()}}
 
     return [[cell(summary[li, h]) for h in range(summary.num_heads)] for li in range(summary.num_layers)]
 
@@ -174,8 +175,12 @@ def _focus(stacked: torch.Tensor, layer: int, head: int) -> dict:
     """Row summaries of one head: entropy (nats), max weight, top-k keys and weights per row."""
     w = stacked[layer, head][None, None]  # (1, 1, L, L)
     s = row_summaries_from_weights(w, LIM.TOP_K)
-    rnd = lambda t: np.round(t[0, 0].double().numpy(), 5).tolist()  # noqa: E731
     return {
-        "layer": layer, "head": head, "entropy": rnd(s.entropy), "max_weight": rnd(s.max_weight),
-        "topk_indices": s.topk_indices[0, 0].tolist(), "topk_weights": rnd(s.topk_weights),
+        "layer": layer, "head": head, "entropy": _rounded(s.entropy), "max_weight": _rounded(s.max_weight),
+        "topk_indices": s.topk_indices[0, 0].tolist(), "topk_weights": _rounded(s.topk_weights),
     }
+
+
+def _rounded(t: torch.Tensor) -> list:
+    """The (1, 1, ...) tensor's single head as nested lists, 5 decimals."""
+    return np.round(t[0, 0].double().numpy(), 5).tolist()

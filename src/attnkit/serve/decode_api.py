@@ -38,7 +38,12 @@ from .char_model import CharDecoder, load_char_decoder
 from .limits import ApiError, Field
 
 FIELDS = ("prompt", "steps", "cache", "temperature", "seed")
-SELF_ATTENTION_KINDS = tuple(k for k in C.KINDS if k != "cross")  # a decoder-only model has no encoder to cross-attend
+
+
+def self_attention_kinds() -> tuple[str, ...]:
+    """Every kind ``make_cache`` knows now, less "cross" (a decoder-only model has no encoder);
+    read per request, so kinds registered after import are offered too."""
+    return tuple(k for k in C.KINDS if k != "cross")
 
 
 def kept_positions(cache, t: int) -> list[int]:
@@ -51,6 +56,8 @@ def kept_positions(cache, t: int) -> list[int]:
             got = got.tolist()
         return sorted(int(p) for p in got)
     if isinstance(cache, KVCache) and cache.initialized:
+        # the base class's position table: slot s of row 0 holds position _pos[0, s]; a ring has
+        # written min(tokens seen, capacity) slots, a linear cache `lengths` of its capacity
         n = min(int(cache.lengths[0]), cache.capacity)
         return sorted(int(p) for p in cache._pos[0, :n].tolist())
     return list(range(t))
@@ -61,7 +68,7 @@ def make_layer_caches(n_layers: int, spec) -> tuple[list, str, dict]:
     if not isinstance(spec, dict):
         raise ApiError(f"cache must be an object like {{\"kind\": \"dynamic\"}}, got {spec!r}", field="cache")
     kwargs = dict(spec)
-    kind = Field("cache.kind").require_choice(kwargs.pop("kind", "dynamic"), SELF_ATTENTION_KINDS)
+    kind = Field("cache.kind").require_choice(kwargs.pop("kind", "dynamic"), self_attention_kinds())
     for k, v in kwargs.items():
         if isinstance(v, (dict, list)) or v is None:
             raise ApiError(f"cache.{k} must be a number, string or boolean, got {v!r}", field=f"cache.{k}")
@@ -84,7 +91,7 @@ class DecodeService:
         return self._decoder
 
     def info(self) -> dict:
-        return {"kinds": list(SELF_ATTENTION_KINDS), "max_steps": LIM.MAX_STEPS, "max_prompt_chars": LIM.MAX_PROMPT_CHARS}
+        return {"kinds": list(self_attention_kinds()), "max_steps": LIM.MAX_STEPS, "max_prompt_chars": LIM.MAX_PROMPT_CHARS}
 
     def parse(self, body: dict) -> dict:
         LIM.reject_unknown(body, FIELDS)
