@@ -360,14 +360,18 @@ function renderDecode() {
     box.appendChild(el("span", cls, ch));
   });
   $("cache-now").textContent = t("cache_now", { i: S.step, kept: cur.kept_positions.length, seen: P + S.step - 1, bytes: fmtBytes(cur.nbytes) });
+  $("cache-map-hint").textContent = t("cache_map_hint", { peak: fmtBytes(Math.max(...d.steps.map((s) => s.nbytes))) });
   drawCacheMap(d, P, n);
 }
 
+const BYTES_BAR = 64; // px to the right of the positions: each step's cache bytes as a bar
+
 function drawCacheMap(d, P, n) {
   const c = $("cache-map"), cols = P + n - 1;
-  const avail = Math.max(200, $("cache-scroll").clientWidth - 4);
+  const avail = Math.max(200, $("cache-scroll").clientWidth - 4 - BYTES_BAR - 6);
   const w = Math.max(2, Math.min(12, Math.floor(avail / cols))), h = Math.max(2, Math.min(8, Math.floor(320 / n)));
-  c.width = cols * w; c.height = n * h;
+  const x0 = cols * w + 6, peak = Math.max(...d.steps.map((s) => s.nbytes), 1);
+  c.width = x0 + BYTES_BAR; c.height = n * h;
   const ctx = c.getContext("2d");
   ctx.fillStyle = "#fff";
   ctx.fillRect(0, 0, c.width, c.height);
@@ -377,6 +381,8 @@ function drawCacheMap(d, P, n) {
       ctx.fillStyle = kept.has(p) ? "#2f5fd0" : "#dfe4ee";
       ctx.fillRect(p * w, r * h, Math.max(1, w - 1), Math.max(1, h - 1));
     }
+    ctx.fillStyle = "#7a8aa8";
+    ctx.fillRect(x0, r * h, Math.max(1, Math.round(BYTES_BAR * s.nbytes / peak)), Math.max(1, h - 1));
   });
   ctx.strokeStyle = "#e8870e"; ctx.lineWidth = 2;
   ctx.strokeRect(1, (S.step - 1) * h + 1, c.width - 2, Math.max(2, h - 1));
