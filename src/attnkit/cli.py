@@ -5,6 +5,7 @@ attnkit bench [--quick|--suite S] [--out DIR]  backend benchmark sweep (JSON + P
 attnkit viz TEXT [--out DIR] [--focus WORD]  attention maps and diagnostics of a real pretrained model
 attnkit backends                    list registered backends
 attnkit doctor                      what this machine has for attnkit, and what to install
+attnkit serve [--port 8765] [--host 127.0.0.1] [--lang zh|en] [--no-browser]  the live attention playground
 attnkit experiment NAME [--quick|--full] [--seeds N] [--out DIR] [--resume] [--device cpu|cuda]
 attnkit experiment --list           the registered experiments
 
@@ -60,6 +61,13 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument("--max-length", type=int, default=128,
                    help=f"keep at most this many tokens, [CLS] and [SEP] included (default 128, at most {MODEL_MAX_TOKENS})")
     sub.add_parser("backends", help="list registered backends")
+    # --- attnkit serve (attnkit.serve) -------------------------------------------------------
+    sv = sub.add_parser("serve", help="the live attention playground in the browser (local server, Chinese by default)")
+    sv.add_argument("--port", type=int, default=8765, help="port to listen on (default 8765; 0 picks a free one)")
+    sv.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
+    sv.add_argument("--lang", choices=("zh", "en"), default="zh", help="language of the page: zh (default, Chinese) or en")
+    sv.add_argument("--no-browser", action="store_true", help="do not open the page in a browser; just print its address")
+    # --- end attnkit serve ---------------------------------------------------------------------
     sub.add_parser("doctor", help="check torch, the backends, the data packages and files, the browser; say what to install")
     # parsed by attnkit.experiments.lab.command, which knows each experiment's own flags
     sub.add_parser("experiment", add_help=False,
@@ -127,7 +135,7 @@ def _run(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if args.cmd is None:
         parser.print_usage(sys.stderr)
-        raise CliError("choose a command: report, bench, viz, backends, doctor or experiment (attnkit --help says more)")
+        raise CliError("choose a command: report, bench, viz, serve, backends, doctor or experiment (attnkit --help says more)")
     if args.cmd == "report":
         check_out_dir(args.out)
         from .report.build import report_command
@@ -142,6 +150,13 @@ def _run(argv: list[str]) -> int:
         return 0
     if args.cmd == "viz":
         return _viz(args)
+    if args.cmd == "serve":  # --- attnkit serve ---
+        if not 0 <= args.port <= 65535:
+            raise CliError(f"--port must be in [0, 65535], got {args.port}")
+        from .serve import serve
+
+        serve(args.host, args.port, lang=args.lang, open_browser=not args.no_browser)
+        return 0
     if args.cmd == "doctor":
         from .tools.doctor import run_doctor
 
