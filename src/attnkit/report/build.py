@@ -21,6 +21,7 @@ from typing import Callable
 import torch
 
 from ..experiments import SetupError, check_out
+from ..page.glossary import annotate, glossary_html
 from ..page.html import esc, page
 from ..page.i18n import check_lang, label, tr
 from ..page.story import SIZES, SectionContext, StorySection
@@ -113,11 +114,30 @@ def write_report(
     if summary is not None:
         rendered.append(_summary_part(summary, ctx, lang, run))
         log(f"[{n}/{n}] {summary.heading(lang)}: " + ("FAILED" if summary.id in run.failed else "done"))
+    rendered = _with_glossary(rendered, lang)
     run.path.write_text(page(label(lang, "title"), [(h, b) for _, h, b, _ in rendered], intro=_intro(size, lang), lang=lang,
                              ids=[i for i, _, _, _ in rendered], failed=[f for *_, f in rendered],
                              contents=label(lang, "contents")), encoding="utf-8")
     log(f"wrote {run.path}" + (f"; {len(run.failed)} section(s) FAILED: {', '.join(run.failed)}" if run.failed else ""))
     return run
+
+
+def _with_glossary(rendered: list[tuple[str, str, str, bool]], lang: str) -> list[tuple[str, str, str, bool]]:
+    """Each section's first use of a glossary term defined in place (``<abbr>``, per section), and the
+    glossary of every term the page used appended as its last section (see :mod:`attnkit.page.glossary`)."""
+    used: list[str] = []
+    out = []
+    for sid, heading, body, bad in rendered:
+        if not bad:
+            body, found = annotate(body, lang)
+            used += [k for k in found if k not in used]
+        out.append((sid, heading, body, bad))
+    entries = glossary_html(used, lang)
+    if entries:
+        out.append(("glossary", tr(lang, "Glossary", "术语表"), "<p class='note'>" + tr(
+            lang, "Every term the sections above use, in the order they first use it; hover a dotted term above for its line here.",
+            "上面各节用到的每个术语，按首次出现的顺序排列；在正文中把鼠标停在带虚线的术语上即可看到这里的解释。") + "</p>" + entries, False))
+    return out
 
 
 def _folder(path: str | Path | None) -> Path | None:

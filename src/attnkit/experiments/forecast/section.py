@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ...page.html import details, esc, figure, so_what, table
 from ...page.i18n import tr
+from ...page.names import run_name
 from ..lab.committed import describe_run
 from ..lab.results import Section
 from .plots import lag_rhythm, published_for
@@ -145,10 +146,27 @@ def lag_sentence(att: dict, lang: str = "en") -> str:
                         f"{_LAG_ZH.get(name, name)}滞后 {nb['lag']} 本身{'突出' if up else '不突出'}：权重 {nb['weight']:.4f}，"
                         f"是滞后权重中位数的 {d['ratio_to_median']:.1f} 倍，在相邻滞后中{where_zh}（滞后 {nb['from']}–{nb['to']} "
                         f"从滞后 {nb['min_lag']} 的 {nb['min']:.4f} 到滞后 {nb['max_lag']} 的 {nb['max']:.4f}）"))
-    return tr(lang, "Attention versus lag — " + "; ".join(parts) + f"; uniform would be {att['uniform_weight']:.4f}; "
-                    f"the five heaviest lags are {top_en}.",
-              "注意力与滞后 —— " + "；".join(parts) + f"；均匀分布时为 {att['uniform_weight']:.4f}；"
-              f"权重最大的五个滞后是 {top_zh}。")
+    return flatness(att, lang) + tr(lang, " Attention versus lag — " + "; ".join(parts) + f"; uniform would be {att['uniform_weight']:.4f}; "
+                                          f"the five heaviest lags are {top_en}.",
+                                    "注意力与滞后 —— " + "；".join(parts) + f"；均匀分布时为 {att['uniform_weight']:.4f}；"
+                                    f"权重最大的五个滞后是 {top_zh}。")
+
+
+FLAT = 2.0  # the heaviest lag under this many times the uniform weight: the profile is called nearly uniform
+
+
+def flatness(att: dict, lang: str) -> str:
+    """One plain sentence first: whether the attention chooses lags at all (its heaviest lag against a uniform spread)."""
+    w, u = att["mean_weight_by_lag"], att["uniform_weight"]
+    lo, hi = min(w), max(w)
+    if hi < FLAT * u:
+        return tr(lang, f"The attention is nearly uniform: every lag gets between {lo:.4f} and {hi:.4f} of the weight, around the "
+                        f"{u:.4f} that spreading it evenly would give, so this model barely chooses which past steps to read and "
+                        "the ups and downs below are small.",
+                  f"注意力几乎是均匀的：每个滞后得到的权重都在 {lo:.4f} 到 {hi:.4f} 之间，围绕平均分配时的 {u:.4f}，"
+                  "所以这个模型几乎没有挑选要读哪些过去的时间步，下面说的起伏都很小。")
+    return tr(lang, f"The attention chooses: its heaviest lag gets {hi / u:.1f}× the weight of an even spread ({hi:.4f} against {u:.4f}).",
+              f"注意力在挑选：权重最大的滞后是平均分配时的 {hi / u:.1f} 倍（{hi:.4f} 对 {u:.4f}）。")
 
 
 def reading(setting: dict, data_name: str, lang: str = "en") -> list[str]:
@@ -286,10 +304,21 @@ def _published_table(st: dict, lang: str, data_name: str = "") -> str:
             + f"<p class='note'>{esc(tr(lang, *CONVENTION))}</p>")
 
 
+def _stands_out(st: dict) -> int:
+    """How many named lags (daily, weekly) of a setting's attention stand out (see :func:`lag_sentence`)."""
+    att = st.get("attention") or {}
+    rh = lag_rhythm(att["mean_weight_by_lag"], att.get("lags_of_interest")) if att else {"neighbours": {}}
+    return sum(1 for n, d in att.get("lags_of_interest", {}).items()
+               if (d.get("ratio_to_median") or 0) >= 1.5 and rh["neighbours"].get(n, {}).get("position", 0) >= 0.5)
+
+
 def _lead(results, full_results: dict | None):
-    """The run and setting the section leads with: the first committed run (3 seeds, full length), else this run."""
+    """The run and setting the section leads with: the committed run whose attention shows its named
+    lags most plainly (the figure that can teach how to read a lag plot), else the first committed
+    run, else this run."""
     if full_results:
-        name, run = next(iter(full_results.items()))
+        name = max(full_results, key=lambda n: _stands_out(next(iter(full_results[n]["settings"].values()))))
+        run = full_results[name]
         return name, run, Path(run.run_dir)
     return None, results, Path(getattr(results, "run_dir", "."))
 
@@ -316,7 +345,7 @@ def _glance(runs: list[tuple[str, dict]], lang: str) -> str:
         for key, st in res.get("settings", {}).items():
             ms = st["models"]
             best = min(ms, key=lambda n: ms[n]["mse"]["mean"])
-            rows.append([name or tr(lang, "this report's run", "本报告的运行"), res.get("data", {}).get("name", ""), key,
+            rows.append([run_name(name, lang) if name else tr(lang, "this report's run", "本报告的运行"), res.get("data", {}).get("name", ""), key,
                          f"{best} {ms[best]['mse']['mean']:.4f}", _pm(ms["lstm"], "mse") if "lstm" in ms else "—",
                          _pm(ms["lstm_attention"], "mse") if "lstm_attention" in ms else "—",
                          _pm(ms["dlinear"], "mse") if "dlinear" in ms else "—"])
@@ -345,9 +374,7 @@ def section(results, out_dir, lang: str = "en", full_results: dict | None = None
     else:
         parts.append(so_what(lang, tr(lang, "Attention has to earn its cost against simple baselines.", "注意力必须在简单基线面前证明它值得付出的代价。")))
     for n, r in (full_results or {}).items():
-        quick = r.meta.get("preset") == "quick"
-        parts.append(details(tr(lang, f"Committed {'quick' if quick else 'full'} run: {n} — every model, column and figure",
-                                f"已提交的{'快速' if quick else '完整'}运行：{n}——全部模型、列与图"),
+        parts.append(details(tr(lang, "Every model, column and figure of ", "全部模型、列与图：") + run_name(n, lang, html=True),
                              f"<p class='note'>{esc(describe_run(n, r, lang))}.</p>" + settings_html(r, Path(r.run_dir), lang, figs / n)))
     if full_results:
         own = "<p>" + tr(lang, "A smaller replication, run now (fewer windows, epochs and seeds, so noisier): read the claims above from the committed runs.",

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from ...page.html import details, esc, figure, so_what, table
 from ...page.i18n import tr as _tr
+from ...page.names import run_name
 from ..lab.committed import describe_run
 from ..lab.results import Section
 from .overview import lead_run, takeaway, verdict, verdict_lines, verdict_table
@@ -369,10 +370,9 @@ def _committed_html(full_results: dict, lang: str) -> list[str]:
     """Each committed run, folded: what it is, its reading, tables, test sentences and figures."""
     parts = []
     for name, run in full_results.items():
-        quick = run.meta.get("preset") == "quick"  # a committed --quick run is not called a full one
-        head = _tr(lang, f"Committed {'quick' if quick else 'full'} run: {name}", f"已提交的{'快速' if quick else '完整'}运行：{name}")
+        head = _tr(lang, "Every table and figure of ", "全部表格与图：") + run_name(name, lang, html=True)
         body = f"<p class='note'>{esc(describe_run(name, run, lang))}.</p>" + _run_html(run, Path(run.run_dir), lang)
-        parts.append(details(esc(head), body))
+        parts.append(details(head, body))
     return parts
 
 
@@ -403,7 +403,7 @@ def section(results, out_dir, lang: str = "en", full_results: dict | None = None
         parts.append("".join(f"<p>{esc(x)}</p>" for x in verdict_lines({lead: run}, lang)))
         img = Path(run.run_dir) / "metric_vs_length.png"
         if img.is_file():
-            parts.append(figure(img, _tr(lang, f"{lead}: score by source length, per model", f"{lead}：各模型按源序列长度的得分"), lang))
+            parts.append(figure(img, _tr(lang, f"{run_name(lead, lang)}: score by source length, per model", f"{run_name(lead, lang)}：各模型按源序列长度的得分"), lang))
         parts.append(so_what(lang, esc(takeaway(full_results, lang))))
         others = verdict_lines(full_results, lang, skip=(lead,))
         if others:
