@@ -17,6 +17,7 @@ from pathlib import Path
 from ...page.html import details, esc, figure, so_what, table
 from ...page.i18n import tr
 from ...page.names import run_name
+from ...page.significance import compare, rule_sentence
 from ..lab.committed import describe_run
 from ..lab.results import Section
 from .plots import lag_rhythm, published_for
@@ -45,16 +46,15 @@ def _pm(d: dict, key: str) -> str:
 
 def _verdict(a: dict, b: dict, seeds: int) -> str:
     """'better' / 'worse' / 'within' / 'one seed' for b against a (lower MSE is better)."""
-    if seeds < 2:
-        return "one seed"
-    diff, noise = a["mean"] - b["mean"], max(a["std"], b["std"])
-    return "within" if abs(diff) <= noise else "better" if diff > 0 else "worse"
+    label, _ = compare(a["mean"] - b["mean"], a["std"], b["std"], seeds)  # the page's 2σ rule
+    return {"helped": "better", "hurt": "worse", "no clear difference": "within"}.get(label, label)
 
 
 def _lstm_sentence(models: dict, lang: str) -> str:
     a, b = models["lstm"]["mse"], models["lstm_attention"]["mse"]
-    diff, noise = a["mean"] - b["mean"], max(a["std"], b["std"])
+    diff = a["mean"] - b["mean"]
     seeds = min(models["lstm"]["seeds"], models["lstm_attention"]["seeds"])
+    noise = compare(diff, a["std"], b["std"], seeds)[1]  # the 2σ bar
     rel = f"{100 * abs(diff) / a['mean']:.1f} %"
     nums = tr(lang, f"MSE {a['mean']:.4f} without, {b['mean']:.4f} with ({rel} {'lower' if diff > 0 else 'higher'})",
               f"不加注意力 MSE {a['mean']:.4f}，加注意力 {b['mean']:.4f}（{'低' if diff > 0 else '高'} {rel}）")
@@ -64,15 +64,15 @@ def _lstm_sentence(models: dict, lang: str) -> str:
                         "spread to judge the difference against (run --seeds 3).",
                   f"时间注意力没有明显帮助 LSTM：{nums}；只有一个种子，没有种子间的离散程度可以用来判断这个差异（请用 --seeds 3）。")
     if v == "within":
-        return tr(lang, f"Temporal attention did not clearly help the LSTM: {nums}; the difference is within the seed-to-seed "
-                        f"spread (std up to {noise:.4f}).",
-                  f"时间注意力没有明显帮助 LSTM：{nums}；差异在种子间的离散范围之内（标准差最大 {noise:.4f}）。")
+        return tr(lang, f"Temporal attention did not clearly help the LSTM: {nums}; the difference is within 2σ of the seed "
+                        f"spread (2σ = {noise:.4f}). " + rule_sentence(lang),
+                  f"时间注意力没有明显帮助 LSTM：{nums}；差异在种子离散的 2σ 之内（2σ = {noise:.4f}）。" + rule_sentence(lang))
     if v == "better":
-        return tr(lang, f"Temporal attention helped the LSTM: {nums}, beyond the seed-to-seed spread (std up to {noise:.4f}).",
-                  f"时间注意力帮助了 LSTM：{nums}，超出了种子间的离散范围（标准差最大 {noise:.4f}）。")
-    return tr(lang, f"Temporal attention did not help the LSTM here, it hurt: {nums}, beyond the seed-to-seed spread "
-                    f"(std up to {noise:.4f}).",
-              f"时间注意力在这里没有帮助 LSTM，反而更差：{nums}，超出了种子间的离散范围（标准差最大 {noise:.4f}）。")
+        return tr(lang, f"Temporal attention helped the LSTM: {nums}, beyond 2σ of the seed spread (2σ = {noise:.4f}). " + rule_sentence(lang),
+                  f"时间注意力帮助了 LSTM：{nums}，超出了种子离散的 2σ（2σ = {noise:.4f}）。" + rule_sentence(lang))
+    return tr(lang, f"Temporal attention did not help the LSTM here, it hurt: {nums}, beyond 2σ of the seed spread "
+                    f"(2σ = {noise:.4f}). " + rule_sentence(lang),
+              f"时间注意力在这里没有帮助 LSTM，反而更差：{nums}，超出了种子离散的 2σ（2σ = {noise:.4f}）。" + rule_sentence(lang))
 
 
 def _linear_sentence(models: dict, lang: str) -> str | None:

@@ -148,14 +148,15 @@ def render(data: dict, lang: str) -> str:
         f"快 {best['dynamic'] / best['recompute']:.1f} 倍，生成的 token {'完全相同' if same else '不相同'}。"
         "有缓存时，每个新查询只需关注之前步骤存下的键和值（每步只做 O(1) 次新投影）；没有缓存时，第 t 步要重算全部 t 个位置。",
     ) + "</p>"
-    html += table([tr(lang, "layers", "层数"), tr(lang, "dynamic cache tok/s", "动态缓存 token/秒"), tr(lang, "static cache tok/s", "静态缓存 token/秒"),
+    speed = table([tr(lang, "layers", "层数"), tr(lang, "dynamic cache tok/s", "动态缓存 token/秒"), tr(lang, "static cache tok/s", "静态缓存 token/秒"),
                    tr(lang, "recompute tok/s", "重算 token/秒"), tr(lang, "speedup (dynamic / recompute)", "加速比（动态/重算）"),
                    tr(lang, "same tokens", "token 相同")],
                   [[r["layers"], f"{r['dynamic']:.0f}", f"{r['static']:.0f}", f"{r['recompute']:.1f}", f"{r['dynamic'] / r['recompute']:.1f}×",
                     tr(lang, "yes", "是") if r["same"] else tr(lang, "NO", "否")] for r in rows])
-    html += "<p class='note'>" + tr(lang, "Columns: tokens generated per second; the dynamic cache grows with each token, the static one is "
+    speed += "<p class='note'>" + tr(lang, "Columns: tokens generated per second; the dynamic cache grows with each token, the static one is "
                                           "allocated once for the maximum length.",
                                     "列说明：每秒生成的 token 数；动态缓存随每个 token 增长，静态缓存按最大长度一次性分配。") + "</p>"
+    html += details(tr(lang, "Tokens per second at each depth, measured now", "各层数下每秒生成的 token 数（本次实测）"), speed)
     html += memory_html(data.get("memory") or [], lang)
     html += so_what(lang, tr(
         lang,
