@@ -85,13 +85,13 @@ def _linear_sentence(models: dict, lang: str) -> str | None:
     v = _verdict(a, b, min(models["dlinear"]["seeds"], models[best]["seeds"]))
     nums = f"{best} {b['mean']:.4f} ± {b['std']:.4f}, dlinear {a['mean']:.4f} ± {a['std']:.4f}"
     if v == "better":
-        return tr(lang, f"The best attention model beat the linear model beyond the seed spread: {nums}.",
-                  f"最好的注意力模型以超出种子离散范围的幅度胜过了线性模型：{nums}。")
+        return tr(lang, f"The best attention model beat the linear model by more than 2σ of the seed spread: {nums}.",
+                  f"最好的注意力模型以超出种子离散 2σ 的幅度胜过了线性模型：{nums}。")
     return tr(lang, f"Attention did not beat the linear model here: the best attention model is {nums} "
-                    f"({'within the seed spread' if v == 'within' else 'one seed: no spread' if v == 'one seed' else 'worse, beyond the seed spread'}); "
+                    f"({'within 2σ of the seed spread' if v == 'within' else 'one seed: no spread' if v == 'one seed' else 'worse, by more than 2σ'}); "
                     f"{_n_params(models, best)}.",
               f"注意力在这里没有胜过线性模型：最好的注意力模型为 {nums}"
-              f"（{'差异在种子离散范围内' if v == 'within' else '只有一个种子，无离散程度' if v == 'one seed' else '更差，且超出种子离散范围'}）；"
+              f"（{'差异在种子离散的 2σ 之内' if v == 'within' else '只有一个种子，无离散程度' if v == 'one seed' else '更差，且超出 2σ'}）；"
               f"{_n_params(models, best, 'zh')}。")
 
 
@@ -363,7 +363,7 @@ def section(results, out_dir, lang: str = "en", full_results: dict | None = None
         parts.append(f"<p class='note'>{esc(describe_run(name, lead, lang))}.</p>")
     parts.append(_data_line(data, lang))
     parts.append("<p><b>" + esc(_setting_title(st, lang)) + ".</b> " + " ".join(esc(x) for x in reading(st, data.get("name", ""), lang)
-                                                                              if not x.startswith(("Attention versus lag", "注意力与滞后", "Published", "论文中"))) + "</p>")
+                                                                              if not (x.startswith(("Published", "论文中")) or "Attention versus lag" in x or "注意力与滞后" in x)) + "</p>")
     parts.append(_main_table(st, lang))
     figs = Path(out_dir) / "figures" / "forecast"
     parts.append(_images(lead_dir, key, st, lang, figs / (name or "report-run")))

@@ -464,19 +464,20 @@ def section(results, out_dir, lang: str = "en", full_results: dict | None = None
 
 
 def summary_row(results: dict, lang: str = "en", full_results: dict | None = None) -> tuple[str, str] | None:
-    """The closing summary table's row: the committed runs' overall scores when there are any, else this run's."""
-    rows = []
-    for name, r in (full_results or {"": results}).items():
-        metric, models = r["metric_names"][0], r["models"]
-        if "rnn" not in models or "bahdanau" not in models:
-            continue
-        m = {n: _fmt(x["overall"][metric]) for n, x in models.items()}
-        where = f"{name}: " if name else ""
-        tail = (_tr(lang, f", Transformer {m['transformer']}", f"，Transformer {m['transformer']}") if "transformer" in m else "")
-        rows.append(where + _tr(lang, f"{METRIC_LABELS.get(metric, metric).replace(' (%)', ' %')}: no attention {m['rnn']}, Bahdanau {m['bahdanau']}",
-                                f"{METRIC_ZH.get(metric, metric)}：无注意力 {m['rnn']}，Bahdanau {m['bahdanau']}") + tail)
-    if not rows:
+    """The closing summary table's row, short: the lead committed run's scores on its longest sources
+    (the bottleneck in one line) when there are committed runs, else this run's overall scores."""
+    lead = lead_run(full_results)
+    r = full_results[lead] if lead is not None else results
+    metric, models = r["metric_names"][0], r["models"]
+    if "rnn" not in models or "bahdanau" not in models:
         return None
-    return (_tr(lang, "; ", "；").join(rows), _tr(lang, "attention removes the fixed-vector bottleneck where the fixed vector is too small; "
-                                       "see the per-length tables for where it shows",
-                                 "当固定向量不够用时，注意力消除了这个瓶颈；具体在哪些长度上出现，见按长度的表格"))
+    m_name = (METRIC_ZH if lang == "zh" else {k: v.replace(" (%)", " %") for k, v in METRIC_LABELS.items()}).get(metric, metric)
+    ends = {n: _ends(models[n], metric) for n in ("rnn", "bahdanau", "transformer") if n in models}
+    cell = {n: "–" if e is None else f"{e[3]['mean']:.1f}" for n, e in ends.items()}
+    where = run_name(lead, lang) if lead is not None else _tr(lang, "this report's run", "本报告的运行")
+    measured = _tr(lang, f"{where}, {m_name} on the longest sources: no attention {cell['rnn']}, Bahdanau {cell['bahdanau']}"
+                         + (f", Transformer {cell['transformer']}" if "transformer" in cell else ""),
+                   f"{where}，最长源序列上的{m_name}：无注意力 {cell['rnn']}，Bahdanau {cell['bahdanau']}"
+                   + (f"，Transformer {cell['transformer']}" if "transformer" in cell else ""))
+    return (measured, _tr(lang, "attention removes the fixed-vector bottleneck where the fixed vector is too small",
+                          "当固定向量不够用时，注意力消除了这个瓶颈"))

@@ -137,10 +137,10 @@ def spatial_meaning(sp: dict, obj: str, obj_zh: str, lang: str) -> str:
     if sp["on_background"] > sp["on_object"]:
         return _tr(lang, f"So this gate is not an object mask: it passes more of the background than of the {obj}. A spatial gate "
                          "multiplies the features at each position by a number between 0 and 1; what the network needs from a position "
-                         f"is learned, and here it keeps the {obj}'s features damped and the background (mostly empty, near-constant "
-                         "features) passing. Read its figure as \"how much of each position passes\", not as where the object is.",
+                         f"is learned, and here it keeps the {obj}'s features damped and the background (mostly empty pixels) "
+                         "passing. Read its figure as \"how much of each position passes\", not as where the object is.",
                    f"所以这个门控不是物体掩码：它让背景通过的比例比{obj_zh}还高。空间门控把每个位置的特征乘以 0 到 1 之间的一个数；"
-                   f"网络需要从每个位置得到什么是学出来的，这里它压低了{obj_zh}处的特征，而让背景（大多为空、特征接近常数）通过。"
+                   f"网络需要从每个位置得到什么是学出来的，这里它压低了{obj_zh}处的特征，而让背景（大多是空白像素）通过。"
                    "请把它的图读作“每个位置有多少通过”，而不是物体在哪里。")
     return _tr(lang, f"The gate passes more of the {obj} than of the background: on this data it acts partly like an object mask, "
                      "though it is learned for the class, not told where the object is.",
