@@ -222,7 +222,7 @@ def takeaway(full_results: dict | None, lang: str = "en") -> str:
         ends_en = " and ".join(f"{LABELS[n]}{' ends' if i == 0 else ''} at {x:.1f}" for i, (n, x) in enumerate(att.items()))
         ends_zh = "、".join(f"{LABELS_ZH[n]} 为 {x:.1f}" for n, x in att.items())
         m_en = METRIC_LABELS.get(metric, metric).replace(" (%)", "")
-        out.append(_tr(lang, f"The {run_name(lead, lang)} run shows the bottleneck: without attention, {m_en} falls from {r0['mean']:.1f} on the shortest "
+        out.append(_tr(lang, f"The run on {run_name(lead, lang)} shows the bottleneck: without attention, {m_en} falls from {r0['mean']:.1f} on the shortest "
                              f"sources to {r1['mean']:.1f} on the longest, while {ends_en} there ({v['seeds']} seeds).",
                        f"{run_name(lead, lang)}这次运行显示了瓶颈：没有注意力时，{METRIC_ZH.get(metric, metric)}从最短源序列上的 {r0['mean']:.1f} "
                        f"降到最长源序列上的 {r1['mean']:.1f}，而在最长的源序列上 {ends_zh}（{v['seeds']} 个种子）。"))

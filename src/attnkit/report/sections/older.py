@@ -8,8 +8,6 @@ their own (``attnkit.experiments.misconceptions``), each a section of its own.
 from __future__ import annotations
 
 from ...experiments.lab.committed import committed_runs
-from ...experiments.seq2seq.overview import lead_run
-from ...experiments.seq2seq.plots import METRIC_LABELS, METRIC_LABELS_ZH
 from ...page.html import so_what, table
 from ...page.i18n import tr
 from ...page.names import run_name
@@ -35,11 +33,23 @@ def _mean(x):
     return x["mean"] if isinstance(x, dict) else x
 
 
+METRIC_LABELS = {"exact_match": ("exact match (%)", "完全匹配率（%）"), "bleu": ("BLEU", "BLEU"), "chrf": ("chrF", "chrF")}
+
+
+def _gain_on_longest(res: dict) -> float:
+    """Bahdanau's score minus the fixed-vector model's on the longest sources (-inf without both)."""
+    models, metric = res["models"], res["metric_names"][0]
+    if "rnn" not in models or "bahdanau" not in models:
+        return float("-inf")
+    return _mean(models["bahdanau"]["buckets"][-1]["metrics"][metric]) - _mean(models["rnn"]["buckets"][-1]["metrics"][metric])
+
+
 def _source(ctx: SectionContext) -> tuple[dict, str | None, str | None] | None:
-    """(results, committed run name or None, preset): the seq2seq section's lead committed run (fully
-    trained, 3 seeds) when there is one, else the report's own quick run; None without either."""
-    full = committed_runs("seq2seq", ctx.committed_results)
-    lead = lead_run(full)
+    """(results, committed run name or None, preset): the committed seq2seq run (trained to convergence,
+    3 seeds) where attention gains most on the longest sources, when there is one, else the report's own
+    quick run; None without either."""
+    full = {n: r for n, r in committed_runs("seq2seq", ctx.committed_results).items() if _gain_on_longest(r) > float("-inf")}
+    lead = max(full, key=lambda n: _gain_on_longest(full[n])) if full else None
     if lead is not None:
         return dict(full[lead]), lead, full[lead].meta.get("preset")
     doc = load_results(ctx.data.get("seq2seq"), ctx)
@@ -69,7 +79,7 @@ def render(ctx: SectionContext, lang: str) -> str:
         return "<p class='note'>" + tr(lang, "No seq2seq results in this report: run <code>attnkit experiment seq2seq</code>.",
                                        "本报告没有 seq2seq 结果：请运行 <code>attnkit experiment seq2seq</code>。") + "</p>"
     by = {r["model"]: r for r in data["rows"]}
-    m = (METRIC_LABELS_ZH if lang == "zh" else METRIC_LABELS).get(data["metric"], data["metric"])
+    m = METRIC_LABELS.get(data["metric"], (data["metric"],) * 2)[lang == "zh"]
     where = (tr(lang, f"In the committed run on {run_name(data['run'], lang)} (3 seeds, trained to convergence)",
                 f"在已提交的{run_name(data['run'], lang)}运行中（3 个种子，训练至收敛）") if data["run"] else
              tr(lang, f"In this report's own run ({data['preset']} preset)", f"在本报告自己的运行中（{data['preset']} 配置）"))
