@@ -117,7 +117,8 @@ def outcome_sentences(results: dict, lang: str = "en") -> list[str]:
                        "与它相比（各自的离散程度和代价见表）：" + "；".join(
                            "、".join(f"{lab} {acc}（{d:+.2f} 个百分点）" for lab, acc, d in g) + f"——{VERDICT_WORDS[k][3]}"
                            for k, g in groups.items()) + "。"))
-        out.append(rule_sentence(lang))
+        if any(v["label"] != "one seed" for v in verdict.values()):  # the rule, where a verdict was made with it
+            out.append(rule_sentence(lang))
     attn = [n for n in verdict if n != "vit" and verdict[n]["label"] != "one seed"]  # one seed: nothing to judge
     if attn and not any(verdict[n]["label"] == "helped" for n in attn):
         out.append(_tr(lang,
