@@ -34,6 +34,24 @@ def take(driver, page: Path, out_dir: Path, prefix: str) -> list[Path]:
     return shots
 
 
+def take_at(driver, page: Path, out_dir: Path, prefix: str, targets: dict[str, str]) -> list[Path]:
+    """``out_dir/{prefix}_{name}.png`` for each ``name: CSS selector`` of ``targets``: the window scrolled so
+    that the first element matching the selector is at its top (a section, a figure, a glossary)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    driver.get(Path(page).resolve().as_uri())
+    shots = []
+    for name, selector in targets.items():
+        found = driver.execute_script("const e = document.querySelector(arguments[0]); if (!e) return false; "
+                                      "e.scrollIntoView(); window.scrollBy(0, -10); return true;", selector)
+        if not found:
+            continue
+        time.sleep(0.3)
+        path = out_dir / f"{prefix}_{name}.png"
+        driver.save_screenshot(str(path))
+        shots.append(path)
+    return shots
+
+
 def spread(path: Path) -> float:
     """The standard deviation of a screenshot's grey levels (0 for a blank, one-colour picture)."""
     from PIL import Image, ImageStat
@@ -47,13 +65,15 @@ if __name__ == "__main__":
     from _browser import start_chromium
 
     en, zh, out = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3] if len(sys.argv) > 3 else "docs/screenshots")
+    # "section=css selector" arguments after the folder: one screenshot more per target, e.g. kv_cache=#kv_cache
+    targets = dict(a.split("=", 1) for a in sys.argv[4:])
     import tempfile
 
     with tempfile.TemporaryDirectory() as profile:
         driver = start_chromium(Path(profile), window=WINDOW, page_load_timeout=120)
         try:
             for lang, page in (("en", en), ("zh", zh)):
-                for p in take(driver, page, out, f"report_{lang}"):
+                for p in take(driver, page, out, f"report_{lang}") + take_at(driver, page, out, f"report_{lang}", targets):
                     print(p, f"grey-level spread {spread(p):.1f}")
         finally:
             driver.quit()

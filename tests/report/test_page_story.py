@@ -22,7 +22,7 @@ from _page_checks import chinese_share, read_page, tables_in_main_flow
 
 from attnkit.page.figures import cjk_font, zh_path
 
-TABLE_BUDGET = 20
+TABLE_BUDGET = 10  # one headline table per section at most, and not every section needs one
 # sections not yet in the story layout, left out of the page-wide checks below (empty: every section is checked)
 PENDING: tuple[str, ...] = ()
 MIN_CHINESE_SHARE = 0.5  # Chinese characters among Chinese characters + Latin letters of a section's prose
@@ -30,7 +30,7 @@ OWN_FIGURE_SECTIONS = ("intro", "masks", "positions")  # experiments whose figur
 EXTERNAL = re.compile(r"^(https?:)?//")
 
 
-CLOSING = ("roadmap", "summary")  # the page's closing sections: they point back at every section, they have none of their own
+CLOSING = ("roadmap", "summary", "glossary")  # the page's closing sections: they point back at every section, they have none of their own
 
 
 def _main_sections(page: dict, pending: bool = False) -> list[dict]:
@@ -109,6 +109,25 @@ def test_the_main_flow_holds_at_most_the_table_budget(pages, lang):
     """The sections in the story layout keep their share: the budget less what the pending ones may use."""
     done = [s for s in pages[lang]["sections"] if s["id"] not in PENDING]
     assert sum(s["tables_main"] for s in done) <= TABLE_BUDGET - 4 * len(PENDING), {s["id"]: s["tables_main"] for s in done}
+
+
+MIN_VISIBLE_FIGURES = 35  # the figures that carry the argument, outside any fold
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_figures_that_teach_are_visible(pages, lang):
+    shown = {s["id"]: sum(not f["folded"] for f in s["figures"]) for s in pages[lang]["sections"]}
+    assert sum(shown.values()) >= MIN_VISIBLE_FIGURES, shown
+    assert shown["seq2seq"] >= 4 and shown["vision"] >= 3 and shown["kv_cache"] >= 1, shown  # alignments, gates, the cache's cost
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_every_term_used_is_defined_in_the_glossary(pages, lang):
+    text = pages[lang]["text"]
+    linked = set(re.findall(r'href="#g-([a-z_0-9]+)"', text))
+    defined = set(re.findall(r'<dfn id="g-([a-z_0-9]+)"', text))
+    assert {"bleu", "blockwise", "sdpa", "mse"} <= linked, linked
+    assert linked == defined
 
 
 @pytest.mark.parametrize("lang", ["en", "zh"])

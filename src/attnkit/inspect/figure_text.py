@@ -22,7 +22,7 @@ LANGS = ("en", "zh")
 WORDS = {
     "en": {
         "key": "key", "query": "query", "weight": "attention weight", "head": "head {}", "layer": "layer {}",
-        "shared": "attention weight (all heads, one scale)",
+        "shared": "attention weight (all heads, one square-root colour scale)",
         # diagnostics
         "head_axis": "head", "layer_axis": "layer", "heads_count": "heads", "labels": "labels",
         "entropy_scale": "0 = all on one key, 1 = uniform",
@@ -34,7 +34,7 @@ WORDS = {
     },
     "zh": {
         "key": "键", "query": "查询", "weight": "注意力权重", "head": "第 {} 个头", "layer": "第 {} 层",
-        "shared": "注意力权重（所有头共用一个刻度）",
+        "shared": "注意力权重（所有头共用一个平方根颜色刻度）",
         "head_axis": "头", "layer_axis": "层", "heads_count": "头的个数", "labels": "标签",
         "entropy_scale": "0 = 全在一个键上，1 = 均匀",
         "channel": "通道", "gate": "门控（sigmoid）", "spatial_gate": "空间门控",

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import html
+import re
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -52,15 +53,43 @@ def svg_heatmap(
     return "".join(parts)
 
 
-def png_img(path: str | Path, alt: str = "", *, figure_lang: str | None = None) -> str:
-    """The PNG at ``path`` inlined as base64 (the page stays one self-contained file);
-    ``figure_lang`` marks which language its text is in (``data-figure-lang``, for tests and readers)."""
-    data = base64.b64encode(Path(path).read_bytes()).decode("ascii")
-    mark = f' data-figure-lang="{esc(figure_lang)}"' if figure_lang else ""
+PAGE_PX = 1000  # the page's text column: a wider figure is scaled down to it
+MIN_SHOWN_PX = 200  # a figure shown less tall than this at the page's width is a strip whose labels cannot be read
+MAX_PX = 3000  # wider than 3x the column, 11-pt labels drawn at 100 dpi shrink under 4 px
+
+
+def png_size(data: bytes) -> tuple[int, int]:
+    """(width, height) in pixels from a PNG's IHDR chunk (bytes 16-24: two big-endian 32-bit integers)."""
+    if data[:8] != b"\x89PNG\r\n\x1a\n" or len(data) < 24:
+        raise ValueError(f"expected a PNG file (it starts with \\x89PNG), got {data[:8]!r}; save figures as PNG")
+    return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+
+
+def check_readable(width: int, height: int, name: str = "figure") -> None:
+    """Refuse a figure a reader cannot read at the page's width: shown (scaled to :data:`PAGE_PX`)
+    less than :data:`MIN_SHOWN_PX` tall, or wider than :data:`MAX_PX` (its labels shrink to specks).
+    Why a guard and not a note: a 2,146 x 397 strip of alignment maps shrank to 185 px, its tick
+    labels to 2 px, and nobody saw it until a learner did."""
+    shown = height * min(1.0, PAGE_PX / width)
+    if shown < MIN_SHOWN_PX or width > MAX_PX:
+        raise ValueError(f"{name}: a {width} x {height} px figure is shown {shown:.0f} px tall at the page's {PAGE_PX} px width "
+                         f"(expected at least {MIN_SHOWN_PX} px tall and at most {MAX_PX} px wide); draw it in rows "
+                         f"(wrap the panels) or taller, not as one wide strip")
+
+
+def png_img(path: str | Path, alt: str = "", *, figure_lang: str | None = None, teach: bool = False) -> str:
+    """The PNG at ``path`` inlined as base64 (the page stays one self-contained file), refused when
+    too wide to read (:func:`check_readable`); ``figure_lang`` marks which language its text is in
+    (``data-figure-lang``, for tests and readers); ``teach`` marks a figure that carries the section's
+    argument, which :func:`details` keeps visible whatever fold it is written in."""
+    raw = Path(path).read_bytes()
+    check_readable(*png_size(raw), name=Path(path).name)
+    data = base64.b64encode(raw).decode("ascii")
+    mark = (f' data-figure-lang="{esc(figure_lang)}"' if figure_lang else "") + (' data-teach="1"' if teach else "")
     return f'<img alt="{esc(alt)}" src="data:image/png;base64,{data}" style="max-width:100%"{mark}>'
 
 
-def figure(path: str | Path, alt: str, lang: str) -> str:
+def figure(path: str | Path, alt: str, lang: str, *, teach: bool = False) -> str:
     """The figure at ``path`` in the page's language: on the Chinese page its ``zh/`` copy (see
     :func:`attnkit.page.figures.zh_path`) when one was drawn, else the English figure and a visible
     note saying why (no CJK font on the machine that drew it, or a figure of a run drawn in English)."""
@@ -68,18 +97,32 @@ def figure(path: str | Path, alt: str, lang: str) -> str:
 
     path = Path(path)
     if lang != "zh":
-        return png_img(path, alt, figure_lang="en")
+        return png_img(path, alt, figure_lang="en", teach=teach)
     zh = zh_path(path)
     if zh.is_file():
-        return png_img(zh, alt, figure_lang="zh")
+        return png_img(zh, alt, figure_lang="zh", teach=teach)
     why = ("未找到覆盖中文的字体（Debian 软件包 fonts-noto-cjk，make report 会安装），因此此图保留英文标注。" if cjk_font() is None
            else "此图由一次以英文绘图的运行生成（例如已提交的长时间运行），因此保留英文标注。")
-    return png_img(path, alt, figure_lang="en") + f'<p class="note figure-en">{esc(why)}</p>'
+    return png_img(path, alt, figure_lang="en", teach=teach) + f'<p class="note figure-en">{esc(why)}</p>'
+
+
+_TAUGHT = re.compile(r'<img [^>]*data-teach="1"[^>]*>(?:<p class="note figure-en">.*?</p>)?', re.S)
+_ALT = re.compile(r'<img alt="([^"]*)"')
 
 
 def details(summary: str, body: str) -> str:
-    """``body`` folded under a clickable ``summary`` line (closed by default); ``summary`` is HTML."""
-    return f"<details><summary>{summary}</summary>{body}</details>" if body else ""
+    """``body`` folded under a clickable ``summary`` line (closed by default); ``summary`` is HTML.
+
+    The figures of ``body`` marked ``teach`` (:func:`figure`) are lifted out of the fold and shown
+    after it, each with its alt text as a visible caption: a fold holds the raw tables and the
+    diagnostics, never the figure that carries the argument (a learner found 60 of 79 figures folded)."""
+    if not body:
+        return ""
+    taught = _TAUGHT.findall(body)
+    rest = _TAUGHT.sub("", body)
+    fold = f"<details><summary>{summary}</summary>{rest}</details>" if re.sub(r"<[^>]+>|\s", "", rest) or "<img" in rest else ""
+    shown = "".join(f'<figure class="taught">{t}<figcaption>{_ALT.search(t).group(1)}</figcaption></figure>' for t in taught)
+    return fold + shown
 
 
 def so_what(lang: str, text: str) -> str:
@@ -91,7 +134,7 @@ def so_what(lang: str, text: str) -> str:
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
 h1{font-size:1.6em} h2{border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:2em}
-table{border-collapse:collapse;margin:1em 0;font-size:.9em;max-width:100%} td,th{border:1px solid #ccc;padding:.3em .6em;text-align:left;vertical-align:top;overflow-wrap:anywhere}
+table{border-collapse:collapse;margin:1em 0;font-size:.9em;max-width:100%} td,th{border:1px solid #ccc;padding:.3em .6em;text-align:left;vertical-align:top;overflow-wrap:break-word}
 th{background:#f4f4f4} code,pre{background:#f6f6f6;padding:.1em .3em} pre{padding:.8em;overflow:auto}
 .note{color:#555;font-size:.9em} .fail{color:#b00} .ok{color:#070} nav a{margin-right:1em;display:inline-block}
 .q{background:#eef5fb;border-left:4px solid #1f77b4;padding:.4em .8em;margin:.6em 0}
@@ -103,6 +146,9 @@ dl.cols dt{font-weight:600;display:inline} dl.cols dd{display:inline;margin:0 1e
 details{margin:.8em 0;padding:.3em .8em;border:1px solid #ddd;border-radius:4px}
 summary{cursor:pointer;font-weight:600;color:#1f4f7a} details[open]>summary{margin-bottom:.5em}
 td:first-child{min-width:7em}
+a.term{color:inherit;text-decoration:none} abbr[title]{text-decoration:underline dotted;cursor:help}
+figure.taught{margin:1em 0} figcaption{color:#555;font-size:.9em;margin-top:.2em}
+dl.glossary dt{font-weight:600;margin-top:.6em} dl.glossary dd{margin:0 0 0 1.5em}
 """
 
 

@@ -21,6 +21,7 @@ from typing import Callable
 import torch
 
 from ..experiments import SetupError, check_out
+from ..page.glossary import annotate, glossary_html
 from ..page.html import esc, page
 from ..page.i18n import check_lang, label, tr
 from ..page.story import SIZES, SectionContext, StorySection
@@ -107,17 +108,39 @@ def write_report(
     rendered: list[tuple[str, str, str, bool]] = []  # (id, heading, body, failed)
     eta = _Eta(size)
     n = len(secs) + (summary is not None)
+    computed = []  # every section measures first, then every section writes: a section may quote one later on the page
     for i, sec in enumerate(secs, 1):
-        heading, body, bad = _run_section(sec, ctx, lang, force, run, eta, secs[i - 1:], lambda m: log(f"[{i}/{n}] {m}"))
+        computed.append(_compute_section(sec, ctx, force, run, eta, secs[i - 1:], lambda m: log(f"[{i}/{n}] {m}")))
+    for sec, err in zip(secs, computed):
+        heading, body, bad = _render_section(sec, ctx, lang, run, err, log)
         rendered.append((sec.id, heading, body, bad))
     if summary is not None:
         rendered.append(_summary_part(summary, ctx, lang, run))
         log(f"[{n}/{n}] {summary.heading(lang)}: " + ("FAILED" if summary.id in run.failed else "done"))
+    rendered = _with_glossary(rendered, lang)
     run.path.write_text(page(label(lang, "title"), [(h, b) for _, h, b, _ in rendered], intro=_intro(size, lang), lang=lang,
                              ids=[i for i, _, _, _ in rendered], failed=[f for *_, f in rendered],
                              contents=label(lang, "contents")), encoding="utf-8")
     log(f"wrote {run.path}" + (f"; {len(run.failed)} section(s) FAILED: {', '.join(run.failed)}" if run.failed else ""))
     return run
+
+
+def _with_glossary(rendered: list[tuple[str, str, str, bool]], lang: str) -> list[tuple[str, str, str, bool]]:
+    """Each section's first use of a glossary term defined in place (``<abbr>``, per section), and the
+    glossary of every term the page used appended as its last section (see :mod:`attnkit.page.glossary`)."""
+    used: list[str] = []
+    out = []
+    for sid, heading, body, bad in rendered:
+        if not bad:
+            body, found = annotate(body, lang)
+            used += [k for k in found if k not in used]
+        out.append((sid, heading, body, bad))
+    entries = glossary_html(used, lang)
+    if entries:
+        out.append(("glossary", tr(lang, "Glossary", "术语表"), "<p class='note'>" + tr(
+            lang, "Every term the sections above use, in the order they first use it; hover a dotted term above for its line here.",
+            "上面各节用到的每个术语，按首次出现的顺序排列；在正文中把鼠标停在带虚线的术语上即可看到这里的解释。") + "</p>" + entries, False))
+    return out
 
 
 def _folder(path: str | Path | None) -> Path | None:
@@ -143,12 +166,11 @@ class _Eta:
         self.done_s += seconds
 
 
-def _run_section(sec: StorySection, ctx: SectionContext, lang: str, force: bool, run: ReportRun, eta: _Eta,
-                 rest: list[StorySection], log: Callable[[str], None]) -> tuple[str, str, bool]:
-    """Compute (or load from the cache) and render one section: ``(heading, body, failed)``.
-    A failure becomes the section's body (escaped, with its traceback), so the page is still written."""
+def _compute_section(sec: StorySection, ctx: SectionContext, force: bool, run: ReportRun, eta: _Eta,
+                     rest: list[StorySection], log: Callable[[str], None]) -> BaseException | None:
+    """Compute (or load from the cache) one section's numbers into ``ctx.data``; the error it raised, or None."""
     t0 = time.perf_counter()
-    heading = sec.heading(lang)
+    heading = sec.heading("en")
     try:
         key = _key(sec, ctx)
         data = None if force or key is None else cache.load(ctx.out, sec.id, key)
@@ -163,16 +185,30 @@ def _run_section(sec: StorySection, ctx: SectionContext, lang: str, force: bool,
                 cache.store(ctx.out, sec.id, key, data, list(data.get("_files", [])))
             eta.computed(sec, time.perf_counter() - t0)
         ctx.data[sec.id] = data
-        body, bad = _frame(sec, lang) + sec.render(data, ctx, lang) + lesson_link(sec.lesson, ctx, lang), False
-        status = f"done in {time.perf_counter() - t0:.1f} s"
-    except Exception as e:  # keep the other sections: show the failure in the page
-        body = _failure(e, lang) + f"<pre>{esc(traceback.format_exc())}</pre>"
-        bad = True
-        run.failed.append(sec.id)
-        status = f"FAILED ({type(e).__name__}: {e})"
+        error = None
+        log(f"{heading}: computed in {time.perf_counter() - t0:.1f} s")
+    except Exception as e:  # keep the other sections: the failure is shown in the page
+        error = e
+        error.trace = traceback.format_exc()  # type: ignore[attr-defined]
+        log(f"{heading}: FAILED ({type(e).__name__}: {e})")
     run.seconds[sec.id] = round(time.perf_counter() - t0, 2)
-    log(f"{heading}: {status}")
-    return heading, body, bad
+    return error
+
+
+def _render_section(sec: StorySection, ctx: SectionContext, lang: str, run: ReportRun, error: BaseException | None,
+                    log: Callable[[str], None]) -> tuple[str, str, bool]:
+    """One section's ``(heading, body, failed)`` in ``lang``, after every section has computed.
+    A failure (of its compute, or of its render) becomes its body, escaped, with its traceback."""
+    heading = sec.heading(lang)
+    try:
+        if error is not None:
+            raise error
+        return heading, _frame(sec, lang) + sec.render(ctx.data[sec.id], ctx, lang) + lesson_link(sec.lesson, ctx, lang), False
+    except Exception as e:
+        run.failed.append(sec.id)
+        log(f"{sec.heading('en')}: FAILED ({type(e).__name__}: {e})")
+        trace = getattr(e, "trace", None) or traceback.format_exc()
+        return heading, _failure(e, lang) + f"<pre>{esc(trace)}</pre>", True
 
 
 def _summary_part(summary: StorySection, ctx: SectionContext, lang: str, run: ReportRun) -> tuple[str, str, str, bool]:

@@ -52,7 +52,7 @@ def test_tiny_run_numbers(tmp_path):
     results = Results(res, tmp_path, {})
     en, zh = (exp.report(results, tmp_path, lang).html for lang in ("en", "zh"))
     assert f"differs from exact softmax attention by {100 * res['linear_rel_err']:.0f} %" in en
-    assert f"相差 {100 * res['linear_rel_err']:.0f}%" in zh and "quick benchmark" not in en
+    assert f"相差 {100 * res['linear_rel_err']:.0f} %" in zh and "quick benchmark" not in en
 
 
 def _quick_result() -> dict:

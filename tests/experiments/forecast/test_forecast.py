@@ -96,8 +96,8 @@ def test_committed_runs_are_read_first_in_either_language(reference):
     run = Results(doc["results"], reference, {**{k: v for k, v in doc.items() if k != "results"}, "preset": "full"})
     own = Results(json.loads(json.dumps(doc["results"])), reference, {})
     own["settings"]["in64_h8"]["models"]["dlinear"]["mse"]["mean"] = 9.0  # tell the two runs apart in the html
-    for lang, committed, own_run, said in (("en", "Committed full run: etth1-full", "This report’s own run", "Lowest test MSE"),
-                                          ("zh", "已提交的完整运行：etth1-full", "本报告自己的运行", "测试 MSE（标准化）最低的是")):
+    for lang, committed, own_run, said in (("en", "Every model, column and figure of ETTh1 oil temperature (long run)", "This report’s own run", "Lowest test MSE"),
+                                          ("zh", "全部模型、列与图：ETTh1 油温（长时间运行）", "本报告自己的运行", "测试 MSE（标准化）最低的是")):
         html = F.ForecastExperiment().report(own, reference, lang, full_results={"etth1-full": run}).html
         assert html.index(committed) < html.index(own_run) < html.index("9.0000 ± "), lang
         # the committed run leads (main flow), then folded: its every table and figure, then the report's own run
@@ -218,11 +218,11 @@ def _setting(lstm, att, seeds=3):
 
 def test_the_reading_says_plainly_whether_attention_helped():
     worse = " ".join(reading(_setting((0.30, 0.01), (0.35, 0.01)), "vic_elec"))
-    assert "Temporal attention did not help the LSTM here, it hurt" in worse and "beyond the seed-to-seed spread" in worse
+    assert "Temporal attention did not help the LSTM here, it hurt" in worse and "beyond 2σ of the seed spread" in worse
     better = " ".join(reading(_setting((0.30, 0.01), (0.25, 0.01)), "vic_elec"))
     assert "Temporal attention helped the LSTM: MSE 0.3000 without, 0.2500 with (16.7 % lower)" in better
     noise = " ".join(reading(_setting((0.30, 0.05), (0.29, 0.05)), "vic_elec"))
-    assert "did not clearly help" in noise and "within the seed-to-seed spread" in noise
+    assert "did not clearly help" in noise and "within 2σ of the seed spread" in noise
     one_seed = " ".join(reading(_setting((0.30, 0.0), (0.25, 0.0), seeds=1), "vic_elec"))
     assert "did not clearly help" in one_seed and "with one seed" in one_seed  # never "helped" without a spread
     st = _setting((0.45, 0.01), (0.50, 0.01))

@@ -52,12 +52,12 @@ def test_the_committed_benchmark_is_read_from_the_named_folder(tmp_path):
     models = {"gpt2_like": {"dynamic": {"tokens_per_s": 120.0}, "recompute": {"tokens_per_s": 7.5}, "note": "x"}}
     (tmp_path / "decoding.json").write_text(json.dumps({"models": models}))
     got = committed_decoding(tmp_path)
-    assert got == {"committed": [{"model": "gpt2_like", "dynamic": 120.0, "recompute": 7.5}], "committed_png": None}
+    assert got == {"committed": [{"model": "gpt2_like", "dynamic": 120.0, "recompute": 7.5}], "committed_png": None, "growth": []}
     exp = get("kv_cache")
     res = {"n_tokens": 4, "threads": 1, "rows": [{"layers": 1, "dynamic": 8.0, "static": 8.0, "recompute": 2.0, "same": True}],
            "bench_results": str(tmp_path)}
     html = exp.report(Results(res, tmp_path, {}), tmp_path, "en").html
-    assert "1,024 tokens (committed <code>decoding.json</code>)" in html and "gpt2 like" in html and "120.0" in html
+    assert "1,024 tokens: tokens per second of each model (committed <code>decoding.json</code>)" in html and "gpt2 like" in html and "120.0" in html
     assert exp.summary(res, "en")[0] == "KV cache 4.0× faster at 4 tokens, same tokens: yes"
 
 

@@ -11,6 +11,7 @@ import pytest
 
 from attnkit.experiments.lab.committed import committed_runs
 from attnkit.experiments.seq2seq import overview as ov
+from attnkit.page.names import run_name
 
 RESULTS = Path(__file__).resolve().parents[3] / "results"
 
@@ -93,10 +94,10 @@ def test_the_takeaway_leads_with_the_bottleneck_and_quotes_every_group_in_both_l
             "fits": _run({"rnn": [98.0, 97.0, 96.0], "bahdanau": [100.0, 100.0, 99.0]})}
     assert ov.lead_run(runs) == "dates-list-full" and ov.lead_run({"fits": runs["fits"]}) == "fits" and ov.lead_run({}) is None
     en, zh = ov.takeaway(runs, "en"), ov.takeaway(runs, "zh")
-    assert en.startswith("The dates-list-full run shows the bottleneck") and "from 90.0" in en and "to 5.0" in en
+    assert en.startswith("The run on date lists (long run) shows the bottleneck") and "from 90.0" in en and "to 5.0" in en
     assert "RNN + Bahdanau ends at 97.0 and RNN + Luong at 96.0" in en
-    assert "The Bible runs (bible-a) show attention's gain at every length" in en and "12.0 to 14.0 BLEU points" in en
-    assert "(copy-quick; 1 seed each)" in en and "at least 93.0 % exact match" in en and "falls to 1.0 %" in en and "fits" not in en
+    assert "The Bible runs (Bible En→Es, split by book, a) show attention's gain at every length" in en and "12.0 to 14.0 BLEU points" in en
+    assert "(copy a string (quick run); 1 seed each)" in en and "at least 93.0 % exact match" in en and "falls to 1.0 %" in en and "fits" not in en
     for n in ("90.0", "5.0", "97.0", "96.0", "12.0", "14.0", "93.0", "1.0"):
         assert n in zh
     assert ov.takeaway({}, "en") == ""
@@ -112,4 +113,4 @@ def test_the_committed_takeaway_reads_its_numbers_from_the_json():
     for model in ("rnn", "bahdanau", "luong"):
         assert _fmt_ends(lead["models"][model], "exact_match")[1] in text, model
     for name in ("bible-hash-30", "bible-hash-full", "copy-quick", "reverse-quick", "translit-quick"):
-        assert name in text or name not in runs
+        assert run_name(name) in text or name not in runs  # every run named in words, never by its folder

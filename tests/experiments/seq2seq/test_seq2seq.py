@@ -18,6 +18,7 @@ from attnkit.experiments.lab.command import main as cli_main
 from attnkit.experiments.seq2seq.models import match_budget
 from attnkit.experiments.seq2seq import Seq2SeqExperiment
 from attnkit.experiments.seq2seq.section import reading, section
+from attnkit.page.names import run_name
 
 TINY = {**Seq2SeqExperiment.tiny, "layers": 1}  # the report's tiny size, one layer; seeds as each test asks
 
@@ -184,12 +185,13 @@ def test_committed_runs_are_read_first_then_the_quick_run_and_the_papers(dates_r
     committed = Results(fake, tmp_path / "bible-full", {"preset": "full", "seeds": [0, 1, 2], "time_s": 600, "finished": "now"})
     for lang, own in (("en", "This report’s own run"), ("zh", "本报告自己的运行")):
         html = section(trained(doc["results"]), out, lang, full_results={"bible-full": committed}).html
-        at_full, at_quick = html.index("bible-full"), html.index(own)
+        at_full, at_quick = html.index(run_name("bible-full", lang)), html.index(own)  # the run named in words
         assert at_full < html.index("30.0") < at_quick  # the committed run's numbers come first
         # overview of the committed runs; committed: 2 metrics + sizes; quick: 2 metrics + sizes + examples; papers
         assert html.count("<table>") == 1 + 3 + 4 + 1
-        heading = html.index("Committed full run: bible-full" if lang == "en" else "已提交的完整运行：bible-full")
-        assert html.index("bible-full shows the bottleneck" if lang == "en" else "bible-full 显示了瓶颈") < heading < at_quick
+        heading = html.index("Every table and figure of " if lang == "en" else "全部表格与图：")
+        name = run_name("bible-full", lang)
+        assert html.index(f"{name} shows the bottleneck" if lang == "en" else f"{name} 显示了瓶颈") < heading < at_quick
         assert "26.75" in html and "17.82" in html and "19.00" in html and "14.00" in html
         main = re.sub(r"<details>.*?</details>", "", html, flags=re.S)  # the story's main flow: the rest is folded
         assert main.count("<table>") == 1 and main.count('class="sowhat"') == 1 and "Committed full run" not in main
@@ -283,10 +285,10 @@ def test_summary_row_quotes_the_committed_runs_when_there_are_any(dates_run, tmp
 
     _, doc = dates_run
     own, _ = summary_row(doc["results"], "en")
-    assert own.startswith("exact match %: no attention ") and "dates-full" not in own
+    assert own.startswith("this report's run, exact match % on the longest sources: no attention ") and "dates-full" not in own
     committed = Results(_fake({"rnn": (30.0, 8.0), "bahdanau": (31.0, 29.0)}), tmp_path, {})
     measured, _ = summary_row(doc["results"], "zh", full_results={"bible-full": committed})
-    assert measured == "bible-full: BLEU：无注意力 19.0，Bahdanau 30.0"  # one run in the fake: no ± spread
+    assert measured == "圣经英译西，按卷划分（长时间运行），最长源序列上的BLEU：无注意力 8.0，Bahdanau 29.0"  # the lead run's longest sources
 
 
 def test_a_run_where_no_model_translates_is_flagged_first():

@@ -96,7 +96,7 @@ def test_verdicts_and_the_honest_sentence():
     models = {"resnet": _model(0.80, 0.01), "se": _model(0.85, 0.01, 110), "eca": _model(0.805, 0.01, 101), "cbam": _model(0.70, 0.01, 111)}
     v = verdicts(models)
     assert v["se"]["label"] == "helped" and v["eca"]["label"] == "no clear difference" and v["cbam"]["label"] == "hurt"
-    assert v["se"]["extra_params"] == 10 and math.isclose(v["se"]["spread"], math.hypot(0.01, 0.01))
+    assert v["se"]["extra_params"] == 10 and math.isclose(v["se"]["spread"], 2 * math.hypot(0.01, 0.01))  # the 2σ bar
     data = {"name": "fashion-mnist", "train": 10, "test": 5}
     text = " ".join(reading_sentences({"models": models, "verdict": v, "data": data}))
     assert "Fashion-MNIST" in text and "+5.00 points" in text and "None of the attention modules" not in text
@@ -150,7 +150,7 @@ def test_the_committed_full_run_is_read_first_and_the_quick_run_follows(tmp_path
     at_full, at_quick = html.index("The committed full run"), html.index("This report’s own run")
     assert at_full < html.index("89.63% ± 0.29%") < at_quick < html.index("70.00% ± 2.00%")
     assert html.index("None of the attention modules beat the plain network") < at_quick  # the claim is the committed run's
-    assert "+CBAM did worse than the plain network by more than the spread" in html
+    assert "+CBAM did worse than the plain network by more than 2σ" in html
     assert html.count("<table>") == 3  # the committed run, the quick run, the papers
     alone = section(quick, tmp_path, "en").html
     assert "The committed full run" not in alone and "70.00% ± 2.00%" in alone and "89.63" not in alone
@@ -193,7 +193,7 @@ def test_published_numbers_follow_the_papers_tables():
     models = {"resnet": _model(0.80, 0.01), "se": _model(0.79, 0.01)}
     html = published_html({"verdict": verdicts(models)})
     assert "+1.51" in html and "+1.42" in html and "+1.90" in html and "+2.28" in html  # SE, SE (CBAM paper), CBAM, ECA
-    assert "-1.00 ± 1.41" in html  # our difference beside theirs
+    assert "-1.00 ± 2.83" in html  # our difference beside theirs
 
 
 def test_the_summary_row_gives_the_committed_verdict(tmp_path):

@@ -16,6 +16,8 @@ from pathlib import Path
 
 from ...page.html import details, esc, figure, so_what, table
 from ...page.i18n import tr
+from ...page.names import run_name
+from ...page.significance import compare, rule_sentence
 from ..lab.committed import describe_run
 from ..lab.results import Section
 from .plots import lag_rhythm, published_for
@@ -44,16 +46,15 @@ def _pm(d: dict, key: str) -> str:
 
 def _verdict(a: dict, b: dict, seeds: int) -> str:
     """'better' / 'worse' / 'within' / 'one seed' for b against a (lower MSE is better)."""
-    if seeds < 2:
-        return "one seed"
-    diff, noise = a["mean"] - b["mean"], max(a["std"], b["std"])
-    return "within" if abs(diff) <= noise else "better" if diff > 0 else "worse"
+    label, _ = compare(a["mean"] - b["mean"], a["std"], b["std"], seeds)  # the page's 2σ rule
+    return {"helped": "better", "hurt": "worse", "no clear difference": "within"}.get(label, label)
 
 
 def _lstm_sentence(models: dict, lang: str) -> str:
     a, b = models["lstm"]["mse"], models["lstm_attention"]["mse"]
-    diff, noise = a["mean"] - b["mean"], max(a["std"], b["std"])
+    diff = a["mean"] - b["mean"]
     seeds = min(models["lstm"]["seeds"], models["lstm_attention"]["seeds"])
+    noise = compare(diff, a["std"], b["std"], seeds)[1]  # the 2σ bar
     rel = f"{100 * abs(diff) / a['mean']:.1f} %"
     nums = tr(lang, f"MSE {a['mean']:.4f} without, {b['mean']:.4f} with ({rel} {'lower' if diff > 0 else 'higher'})",
               f"不加注意力 MSE {a['mean']:.4f}，加注意力 {b['mean']:.4f}（{'低' if diff > 0 else '高'} {rel}）")
@@ -63,15 +64,15 @@ def _lstm_sentence(models: dict, lang: str) -> str:
                         "spread to judge the difference against (run --seeds 3).",
                   f"时间注意力没有明显帮助 LSTM：{nums}；只有一个种子，没有种子间的离散程度可以用来判断这个差异（请用 --seeds 3）。")
     if v == "within":
-        return tr(lang, f"Temporal attention did not clearly help the LSTM: {nums}; the difference is within the seed-to-seed "
-                        f"spread (std up to {noise:.4f}).",
-                  f"时间注意力没有明显帮助 LSTM：{nums}；差异在种子间的离散范围之内（标准差最大 {noise:.4f}）。")
+        return tr(lang, f"Temporal attention did not clearly help the LSTM: {nums}; the difference is within 2σ of the seed "
+                        f"spread (2σ = {noise:.4f}). " + rule_sentence(lang),
+                  f"时间注意力没有明显帮助 LSTM：{nums}；差异在种子离散的 2σ 之内（2σ = {noise:.4f}）。" + rule_sentence(lang))
     if v == "better":
-        return tr(lang, f"Temporal attention helped the LSTM: {nums}, beyond the seed-to-seed spread (std up to {noise:.4f}).",
-                  f"时间注意力帮助了 LSTM：{nums}，超出了种子间的离散范围（标准差最大 {noise:.4f}）。")
-    return tr(lang, f"Temporal attention did not help the LSTM here, it hurt: {nums}, beyond the seed-to-seed spread "
-                    f"(std up to {noise:.4f}).",
-              f"时间注意力在这里没有帮助 LSTM，反而更差：{nums}，超出了种子间的离散范围（标准差最大 {noise:.4f}）。")
+        return tr(lang, f"Temporal attention helped the LSTM: {nums}, beyond 2σ of the seed spread (2σ = {noise:.4f}). " + rule_sentence(lang),
+                  f"时间注意力帮助了 LSTM：{nums}，超出了种子离散的 2σ（2σ = {noise:.4f}）。" + rule_sentence(lang))
+    return tr(lang, f"Temporal attention did not help the LSTM here, it hurt: {nums}, beyond 2σ of the seed spread "
+                    f"(2σ = {noise:.4f}). " + rule_sentence(lang),
+              f"时间注意力在这里没有帮助 LSTM，反而更差：{nums}，超出了种子离散的 2σ（2σ = {noise:.4f}）。" + rule_sentence(lang))
 
 
 def _linear_sentence(models: dict, lang: str) -> str | None:
@@ -84,13 +85,13 @@ def _linear_sentence(models: dict, lang: str) -> str | None:
     v = _verdict(a, b, min(models["dlinear"]["seeds"], models[best]["seeds"]))
     nums = f"{best} {b['mean']:.4f} ± {b['std']:.4f}, dlinear {a['mean']:.4f} ± {a['std']:.4f}"
     if v == "better":
-        return tr(lang, f"The best attention model beat the linear model beyond the seed spread: {nums}.",
-                  f"最好的注意力模型以超出种子离散范围的幅度胜过了线性模型：{nums}。")
+        return tr(lang, f"The best attention model beat the linear model by more than 2σ of the seed spread: {nums}.",
+                  f"最好的注意力模型以超出种子离散 2σ 的幅度胜过了线性模型：{nums}。")
     return tr(lang, f"Attention did not beat the linear model here: the best attention model is {nums} "
-                    f"({'within the seed spread' if v == 'within' else 'one seed: no spread' if v == 'one seed' else 'worse, beyond the seed spread'}); "
+                    f"({'within 2σ of the seed spread' if v == 'within' else 'one seed: no spread' if v == 'one seed' else 'worse, by more than 2σ'}); "
                     f"{_n_params(models, best)}.",
               f"注意力在这里没有胜过线性模型：最好的注意力模型为 {nums}"
-              f"（{'差异在种子离散范围内' if v == 'within' else '只有一个种子，无离散程度' if v == 'one seed' else '更差，且超出种子离散范围'}）；"
+              f"（{'差异在种子离散的 2σ 之内' if v == 'within' else '只有一个种子，无离散程度' if v == 'one seed' else '更差，且超出 2σ'}）；"
               f"{_n_params(models, best, 'zh')}。")
 
 
@@ -145,10 +146,27 @@ def lag_sentence(att: dict, lang: str = "en") -> str:
                         f"{_LAG_ZH.get(name, name)}滞后 {nb['lag']} 本身{'突出' if up else '不突出'}：权重 {nb['weight']:.4f}，"
                         f"是滞后权重中位数的 {d['ratio_to_median']:.1f} 倍，在相邻滞后中{where_zh}（滞后 {nb['from']}–{nb['to']} "
                         f"从滞后 {nb['min_lag']} 的 {nb['min']:.4f} 到滞后 {nb['max_lag']} 的 {nb['max']:.4f}）"))
-    return tr(lang, "Attention versus lag — " + "; ".join(parts) + f"; uniform would be {att['uniform_weight']:.4f}; "
-                    f"the five heaviest lags are {top_en}.",
-              "注意力与滞后 —— " + "；".join(parts) + f"；均匀分布时为 {att['uniform_weight']:.4f}；"
-              f"权重最大的五个滞后是 {top_zh}。")
+    return flatness(att, lang) + tr(lang, " Attention versus lag — " + "; ".join(parts) + f"; uniform would be {att['uniform_weight']:.4f}; "
+                                          f"the five heaviest lags are {top_en}.",
+                                    "注意力与滞后 —— " + "；".join(parts) + f"；均匀分布时为 {att['uniform_weight']:.4f}；"
+                                    f"权重最大的五个滞后是 {top_zh}。")
+
+
+FLAT = 2.0  # the heaviest lag under this many times the uniform weight: the profile is called nearly uniform
+
+
+def flatness(att: dict, lang: str) -> str:
+    """One plain sentence first: whether the attention chooses lags at all (its heaviest lag against a uniform spread)."""
+    w, u = att["mean_weight_by_lag"], att["uniform_weight"]
+    lo, hi = min(w), max(w)
+    if hi < FLAT * u:
+        return tr(lang, f"The attention is nearly uniform: every lag gets between {lo:.4f} and {hi:.4f} of the weight, around the "
+                        f"{u:.4f} that spreading it evenly would give, so this model barely chooses which past steps to read and "
+                        "the ups and downs below are small.",
+                  f"注意力几乎是均匀的：每个滞后得到的权重都在 {lo:.4f} 到 {hi:.4f} 之间，围绕平均分配时的 {u:.4f}，"
+                  "所以这个模型几乎没有挑选要读哪些过去的时间步，下面说的起伏都很小。")
+    return tr(lang, f"The attention chooses: its heaviest lag gets {hi / u:.1f}× the weight of an even spread ({hi:.4f} against {u:.4f}).",
+              f"注意力在挑选：权重最大的滞后是平均分配时的 {hi / u:.1f} 倍（{hi:.4f} 对 {u:.4f}）。")
 
 
 def reading(setting: dict, data_name: str, lang: str = "en") -> list[str]:
@@ -286,10 +304,21 @@ def _published_table(st: dict, lang: str, data_name: str = "") -> str:
             + f"<p class='note'>{esc(tr(lang, *CONVENTION))}</p>")
 
 
+def _stands_out(st: dict) -> int:
+    """How many named lags (daily, weekly) of a setting's attention stand out (see :func:`lag_sentence`)."""
+    att = st.get("attention") or {}
+    rh = lag_rhythm(att["mean_weight_by_lag"], att.get("lags_of_interest")) if att else {"neighbours": {}}
+    return sum(1 for n, d in att.get("lags_of_interest", {}).items()
+               if (d.get("ratio_to_median") or 0) >= 1.5 and rh["neighbours"].get(n, {}).get("position", 0) >= 0.5)
+
+
 def _lead(results, full_results: dict | None):
-    """The run and setting the section leads with: the first committed run (3 seeds, full length), else this run."""
+    """The run and setting the section leads with: the committed run whose attention shows its named
+    lags most plainly (the figure that can teach how to read a lag plot), else the first committed
+    run, else this run."""
     if full_results:
-        name, run = next(iter(full_results.items()))
+        name = max(full_results, key=lambda n: _stands_out(next(iter(full_results[n]["settings"].values()))))
+        run = full_results[name]
         return name, run, Path(run.run_dir)
     return None, results, Path(getattr(results, "run_dir", "."))
 
@@ -316,7 +345,7 @@ def _glance(runs: list[tuple[str, dict]], lang: str) -> str:
         for key, st in res.get("settings", {}).items():
             ms = st["models"]
             best = min(ms, key=lambda n: ms[n]["mse"]["mean"])
-            rows.append([name or tr(lang, "this report's run", "本报告的运行"), res.get("data", {}).get("name", ""), key,
+            rows.append([run_name(name, lang) if name else tr(lang, "this report's run", "本报告的运行"), res.get("data", {}).get("name", ""), key,
                          f"{best} {ms[best]['mse']['mean']:.4f}", _pm(ms["lstm"], "mse") if "lstm" in ms else "—",
                          _pm(ms["lstm_attention"], "mse") if "lstm_attention" in ms else "—",
                          _pm(ms["dlinear"], "mse") if "dlinear" in ms else "—"])
@@ -334,7 +363,7 @@ def section(results, out_dir, lang: str = "en", full_results: dict | None = None
         parts.append(f"<p class='note'>{esc(describe_run(name, lead, lang))}.</p>")
     parts.append(_data_line(data, lang))
     parts.append("<p><b>" + esc(_setting_title(st, lang)) + ".</b> " + " ".join(esc(x) for x in reading(st, data.get("name", ""), lang)
-                                                                              if not x.startswith(("Attention versus lag", "注意力与滞后", "Published", "论文中"))) + "</p>")
+                                                                              if not (x.startswith(("Published", "论文中")) or "Attention versus lag" in x or "注意力与滞后" in x)) + "</p>")
     parts.append(_main_table(st, lang))
     figs = Path(out_dir) / "figures" / "forecast"
     parts.append(_images(lead_dir, key, st, lang, figs / (name or "report-run")))
@@ -345,9 +374,7 @@ def section(results, out_dir, lang: str = "en", full_results: dict | None = None
     else:
         parts.append(so_what(lang, tr(lang, "Attention has to earn its cost against simple baselines.", "注意力必须在简单基线面前证明它值得付出的代价。")))
     for n, r in (full_results or {}).items():
-        quick = r.meta.get("preset") == "quick"
-        parts.append(details(tr(lang, f"Committed {'quick' if quick else 'full'} run: {n} — every model, column and figure",
-                                f"已提交的{'快速' if quick else '完整'}运行：{n}——全部模型、列与图"),
+        parts.append(details(tr(lang, "Every model, column and figure of ", "全部模型、列与图：") + run_name(n, lang, html=True),
                              f"<p class='note'>{esc(describe_run(n, r, lang))}.</p>" + settings_html(r, Path(r.run_dir), lang, figs / n)))
     if full_results:
         own = "<p>" + tr(lang, "A smaller replication, run now (fewer windows, epochs and seeds, so noisier): read the claims above from the committed runs.",

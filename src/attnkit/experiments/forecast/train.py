@@ -238,9 +238,12 @@ class ForecastExperiment(Experiment):
     how_to_read = (
         "Lower error is better. The first figure shows a few test windows: the past in black, the truth in bold, each model's "
         "forecast in its own colour. The attention figure shows which past steps the LSTM's attention weighs, by "
-        "position and by lag (a rise and fall every 24 steps is the daily rhythm).",
+        "position and by lag: a peak at the daily or weekly lag (24 or 168 hourly steps, 48 or 336 half-hourly ones) means the "
+        "model reads the same hour a day or a week earlier; a line that stays near the dotted uniform level means it reads "
+        "every past step about equally, whatever the bumps.",
         "误差越低越好。第一幅图展示几个测试窗口：黑色是过去，粗线是真实值，每个模型的预测有自己的颜色。"
-        "注意力图显示 LSTM 的注意力看重哪些过去的时间步，按位置和按滞后画出（每 24 步起伏一次就是日周期）。")
+        "注意力图显示 LSTM 的注意力看重哪些过去的时间步，按位置和按滞后画出：在日或周滞后处（按小时为 24 或 168 步，按半小时为 48 或 336 步）"
+        "出现峰值，说明模型在读一天或一周前的同一时刻；曲线始终贴近点线（均匀水平），说明它对每个过去时间步看得差不多，无论有多少小起伏。")
     report_order = 90
     lesson = "11_temporal_attention"  # the course lesson the report links under "Go deeper"
     est_s = {"quick": 45, "tiny": 8}

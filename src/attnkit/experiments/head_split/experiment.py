@@ -158,9 +158,9 @@ class HeadSplit(Experiment):
 
     def report(self, results, out_dir, lang: str = "en", full_results=None) -> Section:
         counts, mv = results["counts"], results["movement"]
-        # read at render time from runs/ and the committed results/ only: the report's own run of the sweep comes after
-        # this section, and reading it would make the two languages of one fresh report differ
-        sweep = find_head_sweep([Path(p) for p in results.get("sweep_places", [])])
+        # read at render time from runs/, the committed results/ and the report's own runs (experiments/ of its folder):
+        # the report renders after every section has run, so the sweep further down the page is there in both languages
+        sweep = find_head_sweep([Path(p) for p in results.get("sweep_places", [])] + [Path(out_dir) / "experiments"])
         same = all(r["formula"] == r["attnkit"] == r["torch"] for r in counts)
         d_big = max(r["d"] for r in counts)
         n_big = next(r["formula"] for r in counts if r["d"] == d_big)
@@ -209,10 +209,10 @@ def _sweep_sentence(sw: dict | None, mini: dict | None, lang: str) -> str:
     mini_zh = f"MiniLM 在 D = {mini['d']} 时用 {mini['heads']} 个大小为 {mini['head_dim']} 的头。" if mini else ""
     if not sw:
         return tr(lang, "The rule of thumb for trained models is a head size of 64–128." + mini_en +
-                  " The head-count sweep further down this page (more heads is always better?) measures head size at a small width; "
-                  "no saved run of it was found under runs/ or results/ (run attnkit experiment misconceptions_heads to quote it here).",
+                  " The head-count sweep (more heads is always better?) measures head size at a small width; "
+                  "it has not run for this page (run attnkit experiment misconceptions_heads to quote it here).",
                   "训练好的模型的经验法则是头大小取 64–128。" + mini_zh + "本页后面的头数扫描（“头越多越好”）在较小宽度下测量了头大小；"
-                  "runs/ 与 results/ 下没有找到它保存的结果（运行 attnkit experiment misconceptions_heads 后，这里就会引用它）。")
+                  "本页这次没有运行它（运行 attnkit experiment misconceptions_heads 后，这里就会引用它）。")
     best = max(sw["sweep"], key=lambda r: r["acc_mean"])
     worst = min(sw["sweep"], key=lambda r: r["acc_mean"])
     spread = max(r["acc_std"] for r in sw["sweep"])

@@ -157,6 +157,22 @@ def _focus(results, files: dict, lang: str) -> str:
     return html + figure(files["focus"], tr(lang, "focus token", "关注的 token"), lang)
 
 
+def content_caveat(heads: list[dict], lang: str, share: float = 0.3) -> str:
+    """How many heads labelled content still put ``share`` or more of their weight on [CLS]/[SEP]:
+    "content" is what is left after the thresholds, not a measurement that a head reads meaning."""
+    content = [h for h in heads if h["label"] == "content"]
+    heavy = [h for h in content if h.get("special_mass", 0.0) >= share]
+    if not content or not heavy:
+        return ""
+    lo, hi = min(h["special_mass"] for h in heavy), max(h["special_mass"] for h in heavy)
+    return "<p>" + tr(
+        lang, f"Read \"content\" as \"none of the above\": {len(heavy)} of the {len(content)} heads labelled content still put between "
+              f"{100 * lo:.0f} % and {100 * hi:.0f} % of their weight on [CLS]/[SEP], under the 80 % bar of \"parked\" but far above a "
+              f"uniform share (the attention-sinks section measures where that weight goes over many texts).",
+        f"请把“看内容”理解为“不属于以上任何一类”：被标为看内容的 {len(content)} 个头中，有 {len(heavy)} 个仍把 {100 * lo:.0f} % 到 "
+        f"{100 * hi:.0f} % 的权重放在 [CLS]/[SEP] 上——低于“停放型”的 80 % 门槛，但远高于均匀份额（“注意力汇聚点”一节在许多文本上测量了这些权重落在哪里）。") + "</p>"
+
+
 def _heads(results, files: dict, rel: Path, lang: str) -> str:
     counts = results["label_counts"]
     names = lambda k: HEAD_LABELS.get(k, (k, k))[lang == "zh"]  # noqa: E731
@@ -171,6 +187,7 @@ def _heads(results, files: dict, rel: Path, lang: str) -> str:
         "（这些 token 吸收头在别处用不上的权重，有时被称为注意力汇点）；<b>均匀型</b>——权重几乎平均分布；<b>看前一个/后一个 token、看自己</b>"
         "——至少一半权重落在该邻居上；其余为<b>看内容</b>。数量：" + esc("，".join(f"{names(k)} {v}" for k, v in counts.items())) + "。"
         f"阈值和每个头的数字见 <code>{esc((rel / 'diagnostics.md').as_posix())}</code>。") + "</p>"
+    html += content_caveat(results["heads"], lang)
     html += figure(files["diagnostics_png"], tr(lang, "per-head diagnostics", "每个头的诊断"), lang)
     ranked = sorted(results["heads"], key=lambda r: -r.get("importance", 0.0))[:8]
     html += "<h3>" + tr(lang, "Most important heads by ablation", "按消融衡量最重要的头") + "</h3><p>" + tr(

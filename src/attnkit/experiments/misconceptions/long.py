@@ -120,14 +120,16 @@ class MisconceptionLong(Experiment):
                   f"to n = {results['dense_fits_up_to']:,} and no further. The fused SDPA kernel avoids storing them but still does n² work. "
                   f"The two methods that scale change the answer: at n = {last['n']:,} full attention put {100 * last['window_dropped_mass']:.0f} % "
                   f"of its weight outside the {w}-key window, which the window discards, and linear attention's output differs from exact "
-                  f"attention by {100 * last['rel_err']['linear']:.0f} % (relative norm). "
+                  f"attention by {100 * last['rel_err']['linear']:.0f} % (relative norm; elu + 1 on random q, k of std 1, the quantity the "
+                  "linear-attention section measures against the scores' sharpness). "
                   "Long context needs a choice — what to drop (a window), what to approximate (linear), or more hardware.",
                   f"本次在 n = {r[0]['n']:,} … {last['n']:,}（B={B}，H={H}，E={E}，fp32）实测。按 时间 ∝ n^k 拟合得到 k = "
-                  + "，".join(f"{METHODS_ZH.get(k, k)}：{ex[k]:.2f}" for k in names)
+                  + "，".join(f"{method_zh(k)}：{ex[k]:.2f}" for k in names)
                   + f"。稠密分数每个 (查询, 键) 对需要 {results['per_pair_bytes']:.0f} 字节（{H} 个头各 4 字节），因此 {gib:.0f} GiB 的预算最多容纳到 n = "
                   f"{results['dense_fits_up_to']:,}。融合的 SDPA 内核不存储分数矩阵，但计算量仍是 n²。能扩展的两种方法都改变了答案："
                   f"在 n = {last['n']:,} 时，完整注意力有 {100 * last['window_dropped_mass']:.0f}% 的权重落在 {w} 个键的窗口之外，窗口把它们丢掉了；"
-                  f"线性注意力的输出与精确注意力相差 {100 * last['rel_err']['linear']:.0f}%（相对范数）。长上下文需要取舍——丢掉什么（窗口）、近似什么（线性），或者更多硬件。")
+                  f"线性注意力的输出与精确注意力相差 {100 * last['rel_err']['linear']:.0f} %（相对范数；elu + 1，q、k 为标准差 1 的随机数，"
+                  "即“线性注意力”一节随分数尖锐程度测量的那个量）。长上下文需要取舍——丢掉什么（窗口）、近似什么（线性），或者更多硬件。")
         png = save_both(Path(out_dir) / "figures" / self.name / results["figure"],
                         lambda lg: _figure(r, results["ns_model"], results["memory"], w, lg))[0]
         html = f"<p>{text}</p>" + figure(png, tr(lang, "time and memory versus n", "时间与内存随 n 的变化"), lang)
@@ -136,7 +138,7 @@ class MisconceptionLong(Experiment):
                                        "different question.",
                                  "注意力可以一步读完很长的输入，但精确注意力的代价按 n² 增长；任何让它变便宜的方法，要么丢掉一部分上下文，"
                                  "要么回答的是一个略有不同的问题。"))
-        rows = table(["n"] + [tr(lang, f"{k} ms", f"{METHODS_ZH.get(k, k)} 毫秒") for k in names] + [tr(lang, "weight outside the window", "窗口外的权重"), tr(lang, "linear rel. error", "线性相对误差")],
+        rows = table(["n"] + [tr(lang, f"{k} ms", f"{method_zh(k)} 毫秒") for k in names] + [tr(lang, "weight outside the window", "窗口外的权重"), tr(lang, "linear rel. error", "线性相对误差")],
                       [[f"{x['n']:,}"] + [f"{x['ms'][k]:.1f}" for k in names] + [f"{100 * x['window_dropped_mass']:.0f} %", f"{100 * x['rel_err']['linear']:.0f} %"]
                        for x in r])
         rows += "<p class='note'>" + tr(lang, "Columns: median milliseconds per call on this machine; weight outside the window = the share of full attention's weight a window drops (mean over queries); relative error = ‖out − exact‖ / ‖exact‖ against full softmax attention.",
@@ -154,6 +156,11 @@ class MisconceptionLong(Experiment):
 METHODS_ZH = {"dense (scores materialized)": "稠密（物化分数矩阵）", "dense SDPA (fused)": "稠密 SDPA（融合内核）", "linear": "线性"}
 
 
+def method_zh(name: str) -> str:
+    """A method's name on the Chinese page (the window's size kept): one place, for prose, tables and figures alike."""
+    return METHODS_ZH.get(name, name.replace("blockwise, window", "分块，窗口"))
+
+
 def _figure(rows, ns_model, memory, w, lang: str = "en"):
     import matplotlib
 
@@ -162,7 +169,7 @@ def _figure(rows, ns_model, memory, w, lang: str = "en"):
 
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4), constrained_layout=True)
     for name in rows[0]["ms"]:
-        label = METHODS_ZH.get(name, name.replace("blockwise, window", "分块，窗口")) if lang == "zh" else name
+        label = method_zh(name) if lang == "zh" else name
         a.plot([r["n"] for r in rows], [r["ms"][name] for r in rows], marker="o", label=label)
     a.set_xscale("log", base=2)
     a.set_yscale("log")

@@ -39,6 +39,46 @@ def alibi_figure(H: int, L: int, lang: str = "en"):
                            vmin=None, vmax=0.0, cmap="viridis")
 
 
+def rope_curve(q: torch.Tensor, k: torch.Tensor, offsets: list[int], shift: int) -> list[float]:
+    """RoPE's score of query q (1, 1, 1, E) at position 2000 + shift and key k at 2000 + shift − offset, per offset."""
+    rope = RotaryEmbedding(q.shape[-1], max_positions=8192)
+    base = 2000 + shift
+    return [float((rope.rotate_qk(q, k, torch.tensor([base]))[0] * rope.rotate_qk(q, k, torch.tensor([base - o]))[1]).sum())
+            for o in offsets]
+
+
+def positions_figure(H: int, data: dict, lang: str = "en"):
+    """Left: ALiBi's bias against the distance i − j, one line per head (steep to shallow, none an empty
+    square); right: RoPE's score of one random (query, key) pair against their offset, measured at two
+    absolute positions 1,000 apart: the two curves lie on each other, the score depends on the offset only."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    t = lambda en, zh: pick(lang, en, zh)  # noqa: E731
+    slopes = biases.alibi_slopes(H)
+    d = list(range(0, 33))
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.8), constrained_layout=True)
+    cmap = plt.get_cmap("viridis")
+    for h in range(H):
+        a.plot(d, [-float(slopes[h]) * x for x in d], color=cmap(h / max(1, H - 1)), label=t(f"head {h}", f"第 {h} 个头") if h in (0, H - 1) else None)
+    a.set_xlabel(t("distance i − j (tokens)", "距离 i − j（token）"))
+    a.set_ylabel(t("bias added to the score", "加到分数上的偏置"))
+    a.set_title(t(f"ALiBi: −slope·|i − j|, {H} heads", f"ALiBi：−斜率·|i − j|，{H} 个头"))
+    a.legend()
+    a.grid(alpha=0.3)
+    rc = data["rope_curve"]
+    b.plot(rc["offsets"], rc["scores"][0], color="#1f77b4", lw=2.5, label=t(f"query at position {2000 + rc['shifts'][0]}", f"查询位于 {2000 + rc['shifts'][0]}"))
+    b.plot(rc["offsets"], rc["scores"][1], color="#ff7f0e", ls="--", label=t(f"query at position {2000 + rc['shifts'][1]}", f"查询位于 {2000 + rc['shifts'][1]}"))
+    b.set_xlabel(t("offset i − j (query minus key position)", "偏移 i − j（查询位置减键位置）"))
+    b.set_ylabel(t("score q·k after rotation", "旋转后的分数 q·k"))
+    b.set_title(t("RoPE: one query–key pair, two absolute positions", "RoPE：同一对查询和键，两个绝对位置"))
+    b.legend()
+    b.grid(alpha=0.3)
+    return fig
+
+
 def shuffle_change(x: torch.Tensor, perm: torch.Tensor, bias=None) -> float:
     """Largest |attention(x)[perm] − attention(x[perm])| of self-attention on x (B, H, L, E) with
     ``bias``: 0 when a shuffle of the tokens only reorders the outputs (order is invisible)."""
@@ -65,7 +105,9 @@ def measure(L: int, E: int, H: int, shifts: list[int], seed: int) -> dict:
     perm = torch.randperm(L, generator=g)
     equiv = {name: shuffle_change(x, perm, bias) for name, bias in (("none", None), ("ALiBi", biases.ALiBi(H)))}
     q, k = torch.randn(1, 1, 1, E, generator=g), torch.randn(1, 1, 1, E, generator=g)
-    return {"equiv": equiv, "rope_shifts": list(shifts), "rope_scores": rope_offset_scores(q, k, shifts)}
+    offsets = list(range(-32, 33))
+    curve = {"offsets": offsets, "shifts": [0, 1000], "scores": [rope_curve(q, k, offsets, s) for s in (0, 1000)]}
+    return {"equiv": equiv, "rope_shifts": list(shifts), "rope_scores": rope_offset_scores(q, k, shifts), "rope_curve": curve}
 
 
 @register
@@ -80,11 +122,13 @@ class Positions(Experiment):
     question = ("Does attention know word order, and how do relative position methods (ALiBi, RoPE) add it?",
                 "注意力知道词序吗？相对位置方法（ALiBi、RoPE）如何加入位置信息？")
     how_to_read = (
-        "The heatmaps are ALiBi's bias added to each score: 0 on the diagonal, more negative the further the key is; a steep "
-        "head (left) only sees nearby tokens, a shallow one (right) far ones too. Both share one colour scale, so the shallow "
-        "head's small bias looks nearly flat.",
-        "热力图是 ALiBi 加到每个分数上的偏置：对角线为 0，键越远越负；陡峭的头（左）只看附近的 token，平缓的头（右）也能看到远处。"
-        "两幅图共用一个颜色刻度，所以平缓头的偏置很小，看起来几乎是平的。")
+        "Left: ALiBi's bias added to each score against the distance between query and key, one line per head: a steep head "
+        "(purple, head 0) all but stops seeing tokens a few positions away, a shallow one (yellow) still sees far ones. "
+        "Right: RoPE's score for one query and one key against their offset, measured with the query at two absolute positions "
+        "1,000 apart; the two curves coincide, because the rotation leaves only the offset in the score.",
+        "左图：ALiBi 加到每个分数上的偏置随查询与键之间距离的变化，每个头一条线：陡峭的头（紫色，第 0 个头）在几个位置之外就几乎看不到了，平缓的头（黄色）仍能看到远处。"
+        "右图：同一个查询和同一个键的 RoPE 分数随二者偏移的变化，查询放在相隔 1,000 的两个绝对位置上分别测量；两条曲线重合，"
+        "因为旋转之后分数中只剩下偏移。")
     report_order = 60  # after cost (50)
     lesson = "08_relative_position"
     est_s = {"quick": 2, "tiny": 1}
@@ -95,8 +139,8 @@ class Positions(Experiment):
         L, H = int(c["length"]), int(c["heads"])
         data = measure(L, int(c["dim"]), H, [int(s) for s in c["shifts"]], ctx.seeds[0])
         if ctx.is_main:
-            save_both(ctx.out / "alibi.png", lambda lang: alibi_figure(H, L, lang))
-        return {**data, "length": L, "figure": "alibi.png"}
+            save_both(ctx.out / "positions.png", lambda lang: positions_figure(H, data, lang))
+        return {**data, "length": L, "figure": "positions.png"}
 
     def report(self, results, out_dir, lang: str = "en", full_results=None) -> Section:
         return Section(self.heading(lang), render(results, Path(results.run_dir), lang))
@@ -112,7 +156,7 @@ def render(data: dict, run_dir: Path, lang: str) -> str:
     """The section's figure, prose and folded RoPE table from a run's numbers ``data``."""
     e, sc = data["equiv"], data["rope_scores"]
     spread = max(sc) - min(sc)
-    html = figure(run_dir / data["figure"], tr(lang, "ALiBi bias", "ALiBi 偏置"), lang)
+    html = figure(run_dir / data["figure"], tr(lang, "ALiBi bias by distance; RoPE score by offset", "ALiBi 偏置随距离；RoPE 分数随偏移"), lang)
     html += "<p>" + tr(
         lang,
         f"Measured now on {data['length']} random tokens: without any position information, shuffling the input reorders the output "

@@ -118,7 +118,7 @@ class Roadmap(Experiment):
         html = f"<p>{text}</p>" + _raw_table(lang, body)
         html += so_what(lang, tr(lang, "Reading about attention is not the same as measuring it: each row is a question you can answer on a laptop in "
                                        "seconds to minutes, and every number on this page can be regenerated the same way.",
-                                 "读懂注意力不等于测量过它：每一行都是一个能在笔记本电脑上用几秒到几分钟回答的问题，本页的每个数字也都能这样重新生成。"))
+                                 "读过关于注意力的文章，不等于亲手测量过它：每一行都是一个能在笔记本电脑上用几秒到几分钟回答的问题，本页的每个数字也都能这样重新生成。"))
         return Section(self.heading(lang), html)
 
     def summary(self, results, lang: str = "en", full_results=None):

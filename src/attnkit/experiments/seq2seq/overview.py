@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from ...page.html import esc, table
 from ...page.i18n import tr as _tr
+from ...page.names import run_name
 from .plots import LABELS, METRIC_LABELS, finite
 
 ATTENTION = ("bahdanau", "luong")
@@ -90,6 +91,7 @@ def sentence(name: str, results: dict, lang: str = "en") -> str | None:
     if v is None:
         return None
     zh = lang == "zh"
+    name = run_name(name, lang)
     m = (METRIC_ZH if zh else {k: x.replace(" (%)", "") for k, x in METRIC_LABELS.items()}).get(v["metric"], v["metric"])
     b0, b1 = (_range(b, v["unit"], lang) for b in v["buckets"])
     (r0, r1), (a0, a1) = v["rnn"], v["att"]
@@ -131,6 +133,7 @@ def transformer_note(name: str, results: dict, lang: str = "en") -> str | None:
     a1 = v["att"][1]
     if a1["mean"] - t1["mean"] <= max(MIN_FALL, a1["std"] + t1["std"]) or t0["mean"] - t1["mean"] <= MIN_FALL:
         return None
+    name = run_name(name, lang)
     pairs = results.get("data", {}).get("train")
     n = f"{pairs:,}" if isinstance(pairs, int) else _tr(lang, "a few thousand", "几千")
     best = LABELS[v["best"]]
@@ -169,7 +172,7 @@ def verdict_table(full_results: dict | None, lang: str = "en") -> str:
             ends = _ends(r["models"][model], metric) if model in r["models"] else None
             cells.append("–" if ends is None else f"{ends[0]['metrics'][metric]['mean']:.1f} → {ends[1]['metrics'][metric]['mean']:.1f}"
                          f" ± {ends[1]['metrics'][metric]['std']:.1f}")
-        rows.append([n, (METRIC_ZH if lang == "zh" else METRIC_LABELS).get(metric, metric), verdict(r)["seeds"], *cells])
+        rows.append([run_name(n, lang), (METRIC_ZH if lang == "zh" else METRIC_LABELS).get(metric, metric), verdict(r)["seeds"], *cells])
     head = ([_tr(lang, "run", "运行"), _tr(lang, "metric", "指标"), _tr(lang, "seeds", "种子数")]
             + [(LABELS_ZH if lang == "zh" else LABELS)[m] for m in MODELS])
     intro = _tr(lang, "What the committed runs show (shortest → longest source-length bucket, ± the seed std on the longest):",
@@ -199,7 +202,7 @@ def lead_run(full_results: dict | None) -> str | None:
 
 
 def _names(names: list[str], lang: str) -> str:
-    return ("、" if lang == "zh" else ", ").join(names)
+    return ("；" if lang == "zh" else "; ").join(run_name(n, lang) for n in names)
 
 
 def takeaway(full_results: dict | None, lang: str = "en") -> str:
@@ -219,9 +222,9 @@ def takeaway(full_results: dict | None, lang: str = "en") -> str:
         ends_en = " and ".join(f"{LABELS[n]}{' ends' if i == 0 else ''} at {x:.1f}" for i, (n, x) in enumerate(att.items()))
         ends_zh = "、".join(f"{LABELS_ZH[n]} 为 {x:.1f}" for n, x in att.items())
         m_en = METRIC_LABELS.get(metric, metric).replace(" (%)", "")
-        out.append(_tr(lang, f"The {lead} run shows the bottleneck: without attention, {m_en} falls from {r0['mean']:.1f} on the shortest "
+        out.append(_tr(lang, f"The run on {run_name(lead, lang)} shows the bottleneck: without attention, {m_en} falls from {r0['mean']:.1f} on the shortest "
                              f"sources to {r1['mean']:.1f} on the longest, while {ends_en} there ({v['seeds']} seeds).",
-                       f"{lead} 这次运行显示了瓶颈：没有注意力时，{METRIC_ZH.get(metric, metric)}从最短源序列上的 {r0['mean']:.1f} "
+                       f"{run_name(lead, lang)}这次运行显示了瓶颈：没有注意力时，{METRIC_ZH.get(metric, metric)}从最短源序列上的 {r0['mean']:.1f} "
                        f"降到最长源序列上的 {r1['mean']:.1f}，而在最长的源序列上 {ends_zh}（{v['seeds']} 个种子）。"))
     gain = [n for n in runs if n != lead and verdict(runs[n])["kind"] == "every_length"]
     if gain:

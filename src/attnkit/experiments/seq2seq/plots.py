@@ -8,8 +8,10 @@ Chinese (``lang``), so that the Chinese copy of a committed run can be drawn aga
   nudged apart along x so that bars of models with equal scores stay visible; bucket counts
   under the x labels;
 * ``alignments_{model}.png`` — heatmaps of the alignment matrices of a few test sentences, source
-  tokens on the x axis and output tokens on the y axis (Bahdanau et al. Fig. 3); the matrices are
-  stored in ``results["alignments"]``;
+  tokens on the x axis and output tokens on the y axis (Bahdanau et al. Fig. 3), wrapped into rows
+  at the page's width with one colour bar; the Transformer's is named as what it is, the
+  cross-attention of its last decoder layer averaged over heads; the matrices are stored in
+  ``results["alignments"]``;
 * ``training_curves.png`` — training and validation loss per epoch, one line per model and seed.
 
 A run saves each figure twice (:func:`attnkit.page.figures.draw_both`): the English file, and its
@@ -93,22 +95,44 @@ def metric_vs_length_figure(results: dict, lang: str = "en"):
     return fig
 
 
+WHOSE = {"transformer": ("cross-attention of the last decoder layer, mean over its heads",
+                         "解码器最后一层的交叉注意力，各头取平均"),
+         "bahdanau": ("additive (Bahdanau) attention of the decoder over the encoder states",
+                      "解码器对编码器状态的加性（Bahdanau）注意力"),
+         "luong": ("multiplicative (Luong) attention of the decoder over the encoder states",
+                   "解码器对编码器状态的乘性（Luong）注意力")}
+
+
+def _grid(examples: list[dict]) -> int:
+    """Panels per row: three short sentences side by side, one long sentence per row (each panel's
+    tick labels stay at least a character wide at the page's 1,000 px)."""
+    longest = max(len(e["source"]) for e in examples)
+    return max(1, min(len(examples), 3 if longest <= 20 else 2 if longest <= 40 else 1))
+
+
 def alignment_figure(name: str, examples: list[dict], lang: str = "en"):
-    """One heatmap per example ``{"source": [S tokens], "output": [T tokens], "weights": (T, S)}``."""
+    """One heatmap per example ``{"source": [S tokens], "output": [T tokens], "weights": (T, S)}``,
+    wrapped into rows at the page's width (never one wide strip), one colour bar for all (weight 0-1)."""
     plt = _plt()
-    widths = [max(4.0, 0.16 * len(e["source"]) + 1.5) for e in examples]
-    height = max(3.0, 0.2 * max(len(e["output"]) for e in examples) + 1.8)
-    fig, axes = plt.subplots(1, len(examples), figsize=(sum(widths), height), gridspec_kw={"width_ratios": widths}, squeeze=False)
-    for ax, ex in zip(axes[0], examples):
+    cols = _grid(examples)
+    rows = math.ceil(len(examples) / cols)
+    row_h = min(6.0, max(2.4, 0.16 * max(len(e["output"]) for e in examples) + 1.3))  # long outputs: 10 px rows at most
+    fig, axes = plt.subplots(rows, cols, figsize=(10.0, row_h * rows + 0.8), squeeze=False, constrained_layout=True)
+    im = None
+    for ax, ex in zip(axes.flat, examples):
         w = np.array(ex["weights"])  # (T, S)
-        ax.imshow(w, cmap="Greys", vmin=0, vmax=1, aspect="auto")
-        ax.set_xticks(range(len(ex["source"])), [_show(t) for t in ex["source"]], rotation=90, fontsize=7)
-        ax.set_yticks(range(len(ex["output"])), [_show(t) for t in ex["output"]], fontsize=7)
+        im = ax.imshow(w, cmap="Greys", vmin=0, vmax=1, aspect="auto", interpolation="nearest")
+        size = 9 if cols * len(ex["source"]) <= 60 else 7
+        ax.set_xticks(range(len(ex["source"])), [_show(t) for t in ex["source"]], rotation=90, fontsize=size)
+        ax.set_yticks(range(len(ex["output"])), [_show(t) for t in ex["output"]], fontsize=size)
         ax.set_xlabel(pick(lang, "source tokens", "源词元"))
         ax.set_ylabel(pick(lang, "output tokens", "输出词元"))
-    fig.suptitle(pick(lang, f"{LABELS.get(name, name)}: alignment (attention weight of each output token over the source)",
-                      f"{_label(name, lang)}：对齐（每个输出词元在源序列上的注意力权重）"))
-    fig.tight_layout()
+    for ax in list(axes.flat)[len(examples):]:
+        ax.set_visible(False)
+    fig.colorbar(im, ax=axes.ravel().tolist(), label=pick(lang, "attention weight (row sums to 1)", "注意力权重（每行和为 1）"),
+                 shrink=min(0.8, 2.5 / rows))
+    en, zh = WHOSE.get(name, ("attention over the source", "对源序列的注意力"))
+    fig.suptitle(pick(lang, f"{LABELS.get(name, name)}: {en}", f"{_label(name, lang)}：{zh}"))
     return fig
 
 

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from ...page.html import details, esc, figure, so_what, table
 from ...page.i18n import tr as _tr
+from ...page.names import run_name
 from ..lab.committed import describe_run
 from ..lab.results import Section
 from .overview import lead_run, takeaway, verdict, verdict_lines, verdict_table
@@ -41,13 +42,22 @@ METRIC_ZH = {"exact_match": "完全匹配率", "char_accuracy": "字符准确率
 
 #: BLEU on large WMT'14 test sets, as the papers tabulate them — for scale, not comparable to our small runs.
 PAPERS = [
-    {"paper": "Bahdanau et al. 2015, arXiv:1409.0473, Table 1 (WMT'14 En→Fr, all test sentences)",
-     "without": ("RNNencdec-50", 17.82), "with": ("RNNsearch-50 (additive attention)", 26.75)},
-    {"paper": "Bahdanau et al. 2015, Table 1, the \"-30\" models (trained on sentences of up to 30 words, tested on all)",
-     "without": ("RNNencdec-30", 13.93), "with": ("RNNsearch-30 (additive attention)", 21.50)},
-    {"paper": "Luong et al. 2015, arXiv:1508.04025, Table 1 (WMT'14 En→De newstest2014; abstract: +5.0 BLEU)",
-     "without": ("reverse + dropout, no attention", 14.0), "with": ("local attention (general) + input feeding", 19.0)},
+    {"paper": ("Bahdanau et al. 2015, arXiv:1409.0473, Table 1 (WMT'14 En→Fr, all test sentences)",
+               "Bahdanau 等 2015，arXiv:1409.0473，表 1（WMT'14 英→法，全部测试句子）"),
+     "without": ("RNNencdec-50", 17.82), "with": (("RNNsearch-50 (additive attention)", "RNNsearch-50（加性注意力）"), 26.75)},
+    {"paper": ("Bahdanau et al. 2015, Table 1, the \"-30\" models (trained on sentences of up to 30 words, tested on all)",
+               "Bahdanau 等 2015，表 1，“-30” 模型（训练句子不超过 30 个词，在全部句子上测试）"),
+     "without": ("RNNencdec-30", 13.93), "with": (("RNNsearch-30 (additive attention)", "RNNsearch-30（加性注意力）"), 21.50)},
+    {"paper": ("Luong et al. 2015, arXiv:1508.04025, Table 1 (WMT'14 En→De newstest2014; abstract: +5.0 BLEU)",
+               "Luong 等 2015，arXiv:1508.04025，表 1（WMT'14 英→德 newstest2014；摘要：+5.0 BLEU）"),
+     "without": (("reverse + dropout, no attention", "源句反转 + dropout，无注意力"), 14.0),
+     "with": (("local attention (general) + input feeding", "局部注意力（general 打分）+ 输入馈送"), 19.0)},
 ]
+
+
+def _pair(x, lang: str) -> str:
+    """A cell typed in both languages ``(en, zh)``, or a name that reads the same in both."""
+    return (x[1] if lang == "zh" else x[0]) if isinstance(x, tuple) else x
 
 
 def _label(name: str, lang: str) -> str:
@@ -253,7 +263,7 @@ def published_html(lang: str = "en") -> str:
     rows = []
     for p in PAPERS:
         (n0, b0), (n1, b1) = p["without"], p["with"]
-        rows.append([n0, f"{b0:.2f}", n1, f"{b1:.2f}", f"{b1 - b0:+.2f}", p["paper"]])
+        rows.append([_pair(n0, lang), f"{b0:.2f}", _pair(n1, lang), f"{b1:.2f}", f"{b1 - b0:+.2f}", _pair(p["paper"], lang)])
     head = (["无注意力", "BLEU", "有注意力", "BLEU", "提升", "出处"] if lang == "zh" else
             ["without attention", "BLEU", "with attention", "BLEU", "gain", "source"])
     return "<p>" + _tr(lang, "Published, for scale (not our numbers): the same comparison on WMT'14 news translation with "
@@ -289,10 +299,11 @@ def stalled_warning(results: dict, lang: str = "en") -> str | None:
         + "请训练更久、降低学习率，或检查数据及其分词方式。")
 
 
-def _run_html(results, run_dir: Path, lang: str, fold: bool = False) -> str:
+def _run_html(results, run_dir: Path, lang: str, fold: bool = False, teach: tuple[str, ...] = ()) -> str:
     """Reading, per-bucket tables, size/time table, example outputs and the figures of one run
     (a warning box first when the progress guard flagged models, and no reading when none learned).
-    ``fold``: only the reading, the primary metric's table and the per-length figure in the main flow."""
+    ``fold``: only the reading, the primary metric's table and the per-length figure in the main flow.
+    ``teach``: the figure files to keep visible when this run is folded (see :func:`attnkit.page.html.details`)."""
     metrics, unit = results["metric_names"], results["length_unit"]
     warn = stalled_warning(results, lang)
     html = [f"<div class='notice'>{esc(warn)}</div>"] if warn else []
@@ -325,7 +336,7 @@ def _run_html(results, run_dir: Path, lang: str, fold: bool = False) -> str:
                   f"learning rate {sz['lr']:g}, from {sz['pairs']:,} training pairs ({sz['target_tokens']:,} target tokens).",
             f"按数据确定规模（--quick）：{sz['params']:,} 个参数，批大小 {sz['batch_size']}，最多 {sz['epochs']} 个 epoch，"
             f"学习率 {sz['lr']:g}；依据是 {sz['pairs']:,} 个训练句对（{sz['target_tokens']:,} 个目标词元）。")) + "</p>")
-    figs = [figure(run_dir / img, alt, lang) for img, alt in _figures(results["models"], lang) if (run_dir / img).is_file()]
+    figs = [figure(run_dir / img, alt, lang, teach=img in teach) for img, alt in _figures(results["models"], lang) if (run_dir / img).is_file()]
     if not fold:
         return "\n".join(main + html + figs)
     n_main = len(main) - len(metrics) + 1  # the warning and reading, and the primary metric's table
@@ -333,6 +344,34 @@ def _run_html(results, run_dir: Path, lang: str, fold: bool = False) -> str:
     rest = main[n_main:] + html + figs[len(curve):]
     return "\n".join(main[:n_main] + curve + [details(esc(_tr(lang, "Every table, test sentence and figure of this run",
                                                                  "这次运行的全部表格、测试句子与图")), "\n".join(rest))])
+
+
+def alignments_html(run, name: str, lang: str) -> str:
+    """The lead run's alignment maps in the main flow — what the seq2seq article is about: where each
+    output token looked in the source — Bahdanau's first, then the Transformer's cross-attention."""
+    run_dir = Path(run.run_dir)
+    order = [m for m in ("bahdanau", "transformer", "luong") if (run_dir / f"alignments_{m}.png").is_file()]
+    if not order:
+        return ""
+    dates = str((run.get("data") or {}).get("name", "")).startswith("dates") or name.startswith("dates")
+    intro = "<p>" + _tr(
+        lang,
+        f"Where the decoder looked ({run_name(name, lang)}, test sentences, first seed). Each row is one output token, each column "
+        "a source token; a dark cell is a large attention weight, and each row sums to 1. " + (
+            "The dark cells follow the source field that each output character copies — the date's digits, read in the order "
+            "the output needs them" if dates else "The dark cells follow the source words each output word translates") +
+        " — which is what an alignment is: a soft, learned pointer into the source, recomputed at every output step.",
+        f"解码器看向哪里（{run_name(name, lang)}，测试句子，第一个种子）。每一行是一个输出词元，每一列是一个源词元；格子越黑，注意力权重越大，"
+        "每行之和为 1。" + ("黑格沿着每个输出字符所复制的源字段走——日期的各位数字，按输出需要的顺序读出" if dates else
+                           "黑格沿着每个输出词所翻译的源词走") +
+        "——这就是对齐：一个指向源序列的、软的、学出来的指针，在每个输出步重新计算。") + "</p>"
+    alts = {"bahdanau": ("RNN + Bahdanau: additive attention over the encoder states", "RNN + Bahdanau：对编码器状态的加性注意力"),
+            "luong": ("RNN + Luong: multiplicative attention over the encoder states", "RNN + Luong：对编码器状态的乘性注意力"),
+            "transformer": ("Transformer: cross-attention of the last decoder layer over the encoder, mean over heads",
+                            "Transformer：解码器最后一层对编码器的交叉注意力（各头平均）")}
+    figs = "".join(f'<figure class="taught">{figure(run_dir / f"alignments_{m}.png", _tr(lang, *alts[m]), lang)}'
+                   f"<figcaption>{esc(_tr(lang, *alts[m]))}</figcaption></figure>" for m in order)
+    return intro + figs
 
 
 def _samples(header: list[str], rows: list[list[str]]) -> str:
@@ -344,7 +383,7 @@ def _samples(header: list[str], rows: list[list[str]]) -> str:
 
 def _figures(models, lang: str) -> list[tuple[str, str]]:
     """(file, alt text) of a run's figures, the per-length curves first."""
-    figs = [("metric_vs_length.png", _tr(lang, "score by source length, per model", "各模型按源序列长度的得分")),
+    figs = [("metric_vs_length.png", _tr(lang, "score by source length, per model (the run named above)", "各模型按源序列长度的得分（上面所指的运行）")),
             ("training_curves.png", _tr(lang, "training and validation loss", "训练与验证损失"))]
     return figs + [(f"alignments_{n}.png", _tr(lang, f"alignments of {LABELS.get(n, n)}", f"{_label(n, lang)} 的对齐")) for n in models]
 
@@ -368,11 +407,12 @@ def data_line(data, lang: str = "en") -> str:
 def _committed_html(full_results: dict, lang: str) -> list[str]:
     """Each committed run, folded: what it is, its reading, tables, test sentences and figures."""
     parts = []
+    lead = lead_run(full_results)
     for name, run in full_results.items():
-        quick = run.meta.get("preset") == "quick"  # a committed --quick run is not called a full one
-        head = _tr(lang, f"Committed {'quick' if quick else 'full'} run: {name}", f"已提交的{'快速' if quick else '完整'}运行：{name}")
-        body = f"<p class='note'>{esc(describe_run(name, run, lang))}.</p>" + _run_html(run, Path(run.run_dir), lang)
-        parts.append(details(esc(head), body))
+        head = _tr(lang, "Every table and figure of ", "全部表格与图：") + run_name(name, lang, html=True)
+        teach = () if name == lead else ("metric_vs_length.png",)  # the lead's figures are in the main flow already
+        body = f"<p class='note'>{esc(describe_run(name, run, lang))}.</p>" + _run_html(run, Path(run.run_dir), lang, teach=teach)
+        parts.append(details(head, body))
     return parts
 
 
@@ -403,7 +443,8 @@ def section(results, out_dir, lang: str = "en", full_results: dict | None = None
         parts.append("".join(f"<p>{esc(x)}</p>" for x in verdict_lines({lead: run}, lang)))
         img = Path(run.run_dir) / "metric_vs_length.png"
         if img.is_file():
-            parts.append(figure(img, _tr(lang, f"{lead}: score by source length, per model", f"{lead}：各模型按源序列长度的得分"), lang))
+            parts.append(figure(img, _tr(lang, f"{run_name(lead, lang)}: score by source length, per model", f"{run_name(lead, lang)}：各模型按源序列长度的得分"), lang))
+        parts.append(alignments_html(run, lead, lang))
         parts.append(so_what(lang, esc(takeaway(full_results, lang))))
         others = verdict_lines(full_results, lang, skip=(lead,))
         if others:
@@ -423,19 +464,20 @@ def section(results, out_dir, lang: str = "en", full_results: dict | None = None
 
 
 def summary_row(results: dict, lang: str = "en", full_results: dict | None = None) -> tuple[str, str] | None:
-    """The closing summary table's row: the committed runs' overall scores when there are any, else this run's."""
-    rows = []
-    for name, r in (full_results or {"": results}).items():
-        metric, models = r["metric_names"][0], r["models"]
-        if "rnn" not in models or "bahdanau" not in models:
-            continue
-        m = {n: _fmt(x["overall"][metric]) for n, x in models.items()}
-        where = f"{name}: " if name else ""
-        tail = (_tr(lang, f", Transformer {m['transformer']}", f"，Transformer {m['transformer']}") if "transformer" in m else "")
-        rows.append(where + _tr(lang, f"{METRIC_LABELS.get(metric, metric).replace(' (%)', ' %')}: no attention {m['rnn']}, Bahdanau {m['bahdanau']}",
-                                f"{METRIC_ZH.get(metric, metric)}：无注意力 {m['rnn']}，Bahdanau {m['bahdanau']}") + tail)
-    if not rows:
+    """The closing summary table's row, short: the lead committed run's scores on its longest sources
+    (the bottleneck in one line) when there are committed runs, else this run's overall scores."""
+    lead = lead_run(full_results)
+    r = full_results[lead] if lead is not None else results
+    metric, models = r["metric_names"][0], r["models"]
+    if "rnn" not in models or "bahdanau" not in models:
         return None
-    return (_tr(lang, "; ", "；").join(rows), _tr(lang, "attention removes the fixed-vector bottleneck where the fixed vector is too small; "
-                                       "see the per-length tables for where it shows",
-                                 "当固定向量不够用时，注意力消除了这个瓶颈；具体在哪些长度上出现，见按长度的表格"))
+    m_name = (METRIC_ZH if lang == "zh" else {k: v.replace(" (%)", " %") for k, v in METRIC_LABELS.items()}).get(metric, metric)
+    ends = {n: _ends(models[n], metric) for n in ("rnn", "bahdanau", "transformer") if n in models}
+    cell = {n: "–" if e is None else f"{e[3]['mean']:.1f}" for n, e in ends.items()}
+    where = run_name(lead, lang) if lead is not None else _tr(lang, "this report's run", "本报告的运行")
+    measured = _tr(lang, f"{where}, {m_name} on the longest sources: no attention {cell['rnn']}, Bahdanau {cell['bahdanau']}"
+                         + (f", Transformer {cell['transformer']}" if "transformer" in cell else ""),
+                   f"{where}，最长源序列上的{m_name}：无注意力 {cell['rnn']}，Bahdanau {cell['bahdanau']}"
+                   + (f"，Transformer {cell['transformer']}" if "transformer" in cell else ""))
+    return (measured, _tr(lang, "attention removes the fixed-vector bottleneck where the fixed vector is too small",
+                          "当固定向量不够用时，注意力消除了这个瓶颈"))

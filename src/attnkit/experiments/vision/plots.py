@@ -26,13 +26,16 @@ import math
 import torch
 import torch.nn.functional as F
 
+from ...page.significance import compare
+
 from .gate_figures import gate_figures, gates_figure, pick_images, plotted_gates  # noqa: F401 (re-exported)
 from .map_figures import class_name, pixel_attention_figure, spatial_gate_figure, vit_attention_figure  # noqa: F401 (re-exported)
 from .section import DATA_NAMES, LABELS, PAPERS, PUBLISHED, PUBLISHED_SOURCE, reading_sentences, section  # noqa: F401 (re-exported)
 
 OBJECT_THRESHOLD = 0.1  # raw pixel value above which a Fashion-MNIST pixel belongs to the garment
 def verdicts(models: dict) -> dict:
-    """Accuracy difference of each model to ``resnet`` and whether it exceeds the seed spread."""
+    """Accuracy difference of each model to ``resnet`` and whether it exceeds 2σ of the seed spreads
+    (:func:`attnkit.page.significance.compare`; ``spread`` is that 2σ bar)."""
     if "resnet" not in models:
         return {}
     base = models["resnet"]
@@ -41,11 +44,8 @@ def verdicts(models: dict) -> dict:
         if name == "resnet":
             continue
         delta = m["acc"]["mean"] - base["acc"]["mean"]
-        spread = math.hypot(m["acc"]["std"], base["acc"]["std"])
-        if min(len(m["acc"].get("per_seed", [0, 0])), len(base["acc"].get("per_seed", [0, 0]))) < 2:
-            label = "one seed"  # no spread: a difference cannot be told from seed noise
-        else:
-            label = "helped" if delta > spread else "hurt" if delta < -spread else "no clear difference"
+        seeds = min(len(m["acc"].get("per_seed", [0, 0])), len(base["acc"].get("per_seed", [0, 0])))
+        label, spread = compare(delta, m["acc"]["std"], base["acc"]["std"], seeds)  # the page's 2σ rule
         out[name] = {
             "delta_acc": delta, "spread": spread, "label": label,
             "extra_params": m["params"] - base["params"], "params_ratio": m["params"] / base["params"],

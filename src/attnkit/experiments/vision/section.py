@@ -21,6 +21,7 @@ from pathlib import Path
 
 from ...page.html import details, esc, figure, so_what, table
 from ...page.i18n import tr as _tr
+from ...page.significance import rule_sentence
 from ..lab.committed import describe_run
 from ..lab.results import Section
 from .cost import COST_FILE, cost_html
@@ -116,18 +117,35 @@ def outcome_sentences(results: dict, lang: str = "en") -> list[str]:
                        "与它相比（各自的离散程度和代价见表）：" + "；".join(
                            "、".join(f"{lab} {acc}（{d:+.2f} 个百分点）" for lab, acc, d in g) + f"——{VERDICT_WORDS[k][3]}"
                            for k, g in groups.items()) + "。"))
+        if any(v["label"] != "one seed" for v in verdict.values()):  # the rule, where a verdict was made with it
+            out.append(rule_sentence(lang))
     attn = [n for n in verdict if n != "vit" and verdict[n]["label"] != "one seed"]  # one seed: nothing to judge
     if attn and not any(verdict[n]["label"] == "helped" for n in attn):
         out.append(_tr(lang,
-                       "None of the attention modules beat the plain network by more than the seed-to-seed spread here: the "
+                       "None of the attention modules beat the plain network by more than 2σ of the seed spread here: the "
                        "ImageNet gains the papers report (below) did not show on this small, low-resolution task at this training budget.",
-                       "在这里，没有任何注意力模块以超过种子间离散程度的幅度胜过普通网络：论文在 ImageNet 上报告的提升（见下文）"
+                       "在这里，没有任何注意力模块以超过种子离散 2σ 的幅度胜过普通网络：论文在 ImageNet 上报告的提升（见下文）"
                        "没有在这个小规模、低分辨率、训练预算有限的任务上出现。"))
         worse = [LABELS.get(n, n) for n in attn if verdict[n]["label"] == "hurt"]
         if worse:
-            out.append(_tr(lang, f"{' and '.join(worse)} did worse than the plain network by more than the spread.",
-                           f"{'和'.join(worse)} 则比普通网络差，且差距超出了离散范围。"))
+            out.append(_tr(lang, f"{' and '.join(worse)} did worse than the plain network by more than 2σ.",
+                           f"{'和'.join(worse)} 则比普通网络差，且差距超出了 2σ。"))
     return out
+
+
+def spatial_meaning(sp: dict, obj: str, obj_zh: str, lang: str) -> str:
+    """What CBAM's spatial gate values mean: a gate multiplies features, it is not an object mask."""
+    if sp["on_background"] > sp["on_object"]:
+        return _tr(lang, f"So this gate is not an object mask: it passes more of the background than of the {obj}. A spatial gate "
+                         "multiplies the features at each position by a number between 0 and 1; what the network needs from a position "
+                         f"is learned, and here it keeps the {obj}'s features damped and the background (mostly empty pixels) "
+                         "passing. Read its figure as \"how much of each position passes\", not as where the object is.",
+                   f"所以这个门控不是物体掩码：它让背景通过的比例比{obj_zh}还高。空间门控把每个位置的特征乘以 0 到 1 之间的一个数；"
+                   f"网络需要从每个位置得到什么是学出来的，这里它压低了{obj_zh}处的特征，而让背景（大多是空白像素）通过。"
+                   "请把它的图读作“每个位置有多少通过”，而不是物体在哪里。")
+    return _tr(lang, f"The gate passes more of the {obj} than of the background: on this data it acts partly like an object mask, "
+                     "though it is learned for the class, not told where the object is.",
+               f"门控让{obj_zh}通过的比例高于背景：在这份数据上它部分起到了物体掩码的作用，但它是为分类学出来的，并没有被告知物体在哪里。")
 
 
 def looking_sentences(results: dict, lang: str = "en", image_concentration: dict | None = None) -> list[str]:
@@ -155,6 +173,7 @@ def looking_sentences(results: dict, lang: str = "en", image_concentration: dict
                        f"on the background ({100 * sp['object_share']:.0f}% of the pixels are {obj}).",
                        f"CBAM 第一阶段的空间门控在{obj_zh}上的均值为 {sp['on_object']:.2f}，在背景上为 {sp['on_background']:.2f}"
                        f"（{100 * sp['object_share']:.0f}% 的像素属于{obj_zh}）。"))
+        out.append(spatial_meaning(sp, obj, obj_zh, lang))
     mh = reading.get("mhsa")
     if mh:
         if "max_weight" not in mh and image_concentration:
@@ -183,13 +202,13 @@ def results_table(results: dict, lang: str = "en") -> str:
             ["model", "test accuracy %", "Δ vs ResNet (points)", "parameters", "MFLOPs / image", "train s", "train images/s"])
     return table(head, rows) + "<p class='note'>" + _tr(
         lang,
-        "Columns: test accuracy, mean ± standard deviation over seeds; the difference to the plain ResNet ± the seed spread "
-        "√(std² + std_ResNet²), and the verdict (a difference within the spread is no difference); trainable parameters; "
+        "Columns: test accuracy, mean ± standard deviation over seeds; the difference to the plain ResNet ± 2σ, σ = "
+        "√(std² + std_ResNet²), and the verdict (a difference within 2σ is no clear difference); trainable parameters; "
         "one image's forward pass in millions of floating-point operations (torch.utils.flop_counter); wall-clock seconds of "
         "training (mean over seeds) and training images per second. Times are comparable only within one run on an otherwise "
         "idle machine.",
-        "列说明：测试准确率，多个种子的均值 ± 标准差；相对普通 ResNet 的差值 ± 种子离散程度 √(std² + std_ResNet²)，以及结论"
-        "（差值在离散范围内即视为没有差别）；可训练参数量；一张图像前向传播的浮点运算数（百万，由 torch.utils.flop_counter 计数）；"
+        "列说明：测试准确率，多个种子的均值 ± 标准差；相对普通 ResNet 的差值 ± 2σ（σ = √(std² + std_ResNet²)），以及结论"
+        "（差值不超过 2σ 即视为没有明显差别）；可训练参数量；一张图像前向传播的浮点运算数（百万，由 torch.utils.flop_counter 计数）；"
         "训练的墙钟秒数（多个种子的均值）和每秒训练图像数。时间只能在同一次运行、且机器没有其他负载时相互比较。") + "</p>"
 
 
@@ -244,6 +263,19 @@ def _concentration(results) -> dict | None:
     return viewer_concentration(Path(run_dir) / "viewer_mhsa.html") if run_dir is not None else None
 
 
+# what each module is, before any result is quoted (the article's order: channel, then spatial, then self-attention)
+MODULES = ("The modules, each added to the same small ResNet: <b>SE</b> (squeeze-and-excitation) averages each channel over the "
+           "image and learns a gate between 0 and 1 per channel; <b>ECA</b> computes that gate with one small 1-D convolution instead "
+           "of SE's two-layer MLP; <b>CBAM</b> applies a channel gate and then a <i>spatial</i> gate, one number per pixel, from the "
+           "mean and max over channels; <b>MHSA2d</b> is multi-head self-attention over the pixels of a feature map, the block that "
+           "BoTNet and the attention variants of detectors such as YOLOv8 insert; the <b>ViT</b> attends over a 4×4 grid of 7×7-pixel patches with no "
+           "convolution at all.",
+           "这些模块都加在同一个小 ResNet 上：<b>SE</b>（挤压-激励）把每个通道在整幅图上取平均，为每个通道学一个 0 到 1 之间的门控；"
+           "<b>ECA</b> 用一次小的一维卷积代替 SE 的两层 MLP 来算这个门控；<b>CBAM</b> 先做通道门控，再做<i>空间</i>门控——由各通道的均值和最大值"
+           "为每个像素算出一个数；<b>MHSA2d</b> 是在特征图像素上的多头自注意力，也就是 BoTNet 以及 YOLOv8 等检测器的注意力变体所插入的模块；"
+           "<b>ViT</b> 则在 4×4 个 7×7 像素的图块上做注意力，完全不用卷积。")
+
+
 def pick_committed(full_results: dict | None):
     """The committed run to read: the one of preset ``full`` (else the last by name), with its name."""
     if not full_results:
@@ -288,14 +320,15 @@ def section(results, out_dir, lang: str = "en", full_results: dict | None = None
         parts.append(f"<p><strong>{_tr(lang, 'Notice', '提示')}:</strong> {esc(results['data']['notice'])}</p>")
     if full is not None:
         parts.append(f"<p class='note'>{esc(_tr(lang, 'The committed full run', '已提交的完整运行（--full）'))}: {esc(describe_run(name, full, lang))}.</p>")
+    parts.append("<p>" + _tr(lang, MODULES[0], MODULES[1]) + "</p>")
     parts.append(_paragraphs(outcome_sentences(main, lang)))
     parts.append(_accuracy_figure(main, out_dir, folder, lang))
     parts.append(results_table(main, lang))
     parts.append(_so_what(main, lang))
     inside = _paragraphs(looking_sentences(main, lang, _concentration(main))) + _figures(main, main_dir, lang)
     inside += _viewers(main, main_dir, out_dir, folder, lang)
-    parts.append(details(_tr(lang, "What the attention modules look at: gates, spatial maps, MHSA and ViT attention",
-                             "注意力模块在看什么：通道门控、空间图、MHSA 与 ViT 的注意力"), inside))
+    parts.append("<h3>" + _tr(lang, "What the attention modules look at: gates, spatial maps, MHSA and ViT attention",
+                              "注意力模块在看什么：通道门控、空间图、MHSA 与 ViT 的注意力") + "</h3>" + inside)
     parts.append(details(_tr(lang, "Published ImageNet numbers, for scale", "论文中的 ImageNet 数字（作参照）"), published_html(main, lang)))
     if full is not None:
         own = "<p>" + _tr(lang, "A smaller replication, run now (fewer images and epochs, so noisier): read the claims above "
@@ -331,7 +364,7 @@ def summary_row(results: dict, lang: str = "en", full_results: dict | None = Non
     base = models["resnet"]["acc"]
     measured = where + _tr(lang, f"ResNet {_pct(base['mean'])}% ± {_pct(base['std'])}%; {len(helped)} of {len(attn)} attention modules "
                                  "beat it beyond the seed spread" + (f" ({', '.join(helped)})" if helped else ""),
-                           f"ResNet {_pct(base['mean'])}% ± {_pct(base['std'])}%；{len(attn)} 个注意力模块中有 {len(helped)} 个超出种子离散范围地胜过它"
+                           f"ResNet {_pct(base['mean'])}% ± {_pct(base['std'])}%；{len(attn)} 个注意力模块中有 {len(helped)} 个超出种子离散 2σ 地胜过它"
                            + (f"（{'、'.join(helped)}）" if helped else ""))
     meaning = (_tr(lang, "attention over channels and pixels can help; measure it against the plain network",
                    "对通道和像素的注意力可以有帮助；要与普通网络对比来衡量") if helped else
