@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import platform
 import resource
@@ -132,7 +131,7 @@ def peak_rss() -> int:
 
 def worker(spec: dict) -> dict:
     """One measurement in this (fresh) process. Returns times, peak memory and the chosen backend."""
-    import attnkit
+    import attnkit  # noqa: F401  (registers the backends in this fresh worker process)
 
     torch.set_num_threads(int(spec.get("threads") or torch.get_num_threads()))
     n, dtype = spec["n"], getattr(torch, spec["dtype"])
@@ -327,7 +326,7 @@ def run_bench(quick: bool = False, out_dir: str | os.PathLike = DEFAULT_OUT, *, 
     specs = suite_specs(suite)
     t_start = time.perf_counter()
     peaks = {dt: gemm_peak(getattr(torch, dt)) for dt in sorted({s["dtype"] for s in specs})}
-    log(f"GEMM peak (GFLOP/s): " + ", ".join(f"{k} {v:.0f}" for k, v in peaks.items()))
+    log("GEMM peak (GFLOP/s): " + ", ".join(f"{k} {v:.0f}" for k, v in peaks.items()))
     rows = []
     for spec in specs:
         why = _skip_reason(spec)

@@ -50,15 +50,9 @@ Shape legend: B batch, Hkv key/value heads, L new tokens, S cached slots, E / Ev
 from __future__ import annotations
 
 from ..core.checks import require_choice
-from .cache_base import CacheView, KVCache, _batch_msg, _check_indices, _scatter_rows
-from .cache_kinds import CrossAttentionCache, DynamicCache, SlidingWindowCache, StaticCache, _LinearCache
-from .cache_positions import (
-    PositionedBias,
-    PositionedMask,
-    _check_positional_mask,
-    _take,
-    cache_mask,
-)
+from .cache_base import CacheView, KVCache
+from .cache_kinds import CrossAttentionCache, DynamicCache, SlidingWindowCache, StaticCache
+from .cache_positions import PositionedBias, PositionedMask, cache_mask
 
 KINDS = {"dynamic": DynamicCache, "static": StaticCache, "sliding": SlidingWindowCache, "cross": CrossAttentionCache}
 

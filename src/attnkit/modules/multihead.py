@@ -208,6 +208,7 @@ class MultiHeadAttention(nn.Module):
         """One decoding step (or a prompt) against ``cache``; see :mod:`attnkit.modules.cache`."""
         from . import cache as C
         from ..core.biases import as_modifier
+        from .cache_base import _batch_msg
 
         if not isinstance(cache, (C.KVCache, C.CrossAttentionCache)):
             raise TypeError(f"cache must be an attnkit.cache object (DynamicCache, StaticCache, SlidingWindowCache, CrossAttentionCache), got {type(cache).__name__}")
@@ -218,7 +219,7 @@ class MultiHeadAttention(nn.Module):
         query, _, _ = self._inputs(query, None, None)
         B, L, _ = query.shape
         if cache.batch_size is not None and cache.batch_size != B:
-            raise ValueError(C._batch_msg(cache, cache.batch_size, B))
+            raise ValueError(_batch_msg(cache, cache.batch_size, B))
         valid = _new_token_validity(key_padding_mask, attention_mask, B, L, query.device)
         if L == 0:  # no new tokens: nothing to store or attend, an empty (B, 0, D) output
             held = 0 if not cache.initialized else int(cache.lengths.max())
