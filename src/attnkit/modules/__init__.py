@@ -11,6 +11,7 @@ RNN seq2seq              BahdanauAttention, LuongAttention, make_seq2seq_attenti
 vision (B, C, H, W)      SqueezeExcite, ECA, CBAM, ChannelAttention, SpatialAttention, MHSA2d,
                          create_attn
 time series              TemporalAttention
+query over memory        MemoryAttentionOutput, what seq2seq and temporal attention return
 KV caches                DynamicCache, StaticCache, SlidingWindowCache, CrossAttentionCache
 =======================  =====================================================================
 """
@@ -40,6 +41,7 @@ _EXPORTS = {
     "MHSA2d": "mhsa2d",
     "create_attn": "create_attn",
     "TemporalAttention": "temporal_attention",
+    "MemoryAttentionOutput": "memory_output",
     "DynamicCache": "cache_kinds",
     "StaticCache": "cache_kinds",
     "SlidingWindowCache": "cache_kinds",

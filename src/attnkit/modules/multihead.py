@@ -14,7 +14,7 @@ smaller than MHA's.
 
 Attention sinks (``sinks=True``; gpt-oss, StreamingLLM, :mod:`attnkit.core.sinks`): one learned
 logit per head, zero-initialised, joins every row's softmax with a zero value, in the plain, the
-cached and the cross-attention paths alike, so a row may attend to nothing.
+cached and the cross-attention routes alike, so a row may attend to nothing.
 
 Packed variable-length input (``forward(x (T, D), cu_seqlens=...)``, FlashAttention's varlen layout,
 no padding computed) lives in :mod:`.mha_packed`. Mask/padding/position handling lives in :mod:`.mha_inputs`, weight conversion to and from
@@ -281,7 +281,7 @@ class MultiHeadAttention(nn.Module):
         return (out if self.batch_first else out.transpose(0, 1)), res
 
     def _attention(self, q, k, v, mask, bias, need_weights) -> tuple[torch.Tensor, AttentionOutput]:
-        """The one attention call of every path (plain, cached, cross-cached), then the output projection."""
+        """The one attention call of every route (plain, cached, cross-cached), then the output projection."""
         res = attention(
             q, k, v, score=self.score, mask=mask, bias=bias,
             dropout_p=self.dropout if self.training else 0.0, backend=self.backend, return_weights=need_weights,
