@@ -44,6 +44,8 @@ from attnkit import masks
 from attnkit.backends import nonfinite_result, sdpa_plan
 from attnkit.core import call_cache
 
+from common import record
+
 RESULTS = Path(__file__).resolve().parent / "results"
 LIMIT_US = 50.0  # the bound on auto's fixed overhead per call
 
@@ -123,7 +125,7 @@ def main() -> None:
         before = json.loads(a.before.read_text())
         res["before"] = {k: before[k] for k in ("label", "threads", "runs", "max_overhead_us", "rows") if k in before}
     a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(json.dumps(res, indent=1))
+    record(a.out, res)
     print(f"max overhead {worst:.1f} µs (limit {LIMIT_US:.0f}); wrote {a.out}")
 
 

@@ -34,6 +34,8 @@ import attnkit
 from attnkit import masks as M
 from attnkit.backends.blockwise import fused_function
 
+from common import record
+
 RESULTS = Path(__file__).resolve().parent / "results"
 B, H, E, WINDOW = 1, 8, 64, 256
 
@@ -94,7 +96,7 @@ def main() -> None:
                                              zip(grads["backward_ms"], grads["baseline_backward_ms"]))
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / "band_backward.json"
-    path.write_text(json.dumps(out, indent=1) + "\n")
+    record(path, out)
     print(json.dumps({k: (float(f"{x:.4g}") if isinstance(x, float) else x) for k, x in out.items() if k != "times_ms"}))
     print("saved", path)
 

@@ -8,7 +8,6 @@ Prints a table and writes JSON (medians in ms, ratios). Not a test: timings depe
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -17,6 +16,8 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+
+from common import record
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -113,7 +114,7 @@ def main() -> None:
         "minilm": bench_minilm(a.reps),
     }
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps(res, indent=1))
+    record(Path(a.out), res)
     print("wrote", a.out)
 
 

@@ -28,6 +28,8 @@ import attnkit
 from attnkit import masks as M
 from attnkit.core import cost
 
+from common import record
+
 B, H, E = 1, 8, 64
 
 
@@ -111,7 +113,7 @@ def main(argv=None) -> int:
         "faster": winners(rows),
     }
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=1) + "\n")
+    record(path, data)
     for r in rows:
         print(args.label, r["backend"], r["dtype"], r["mask"], f"{r['median_ms']:.1f} ms", f"{r['gflops']:.1f} GFLOP/s")
     for h in halves:

@@ -53,8 +53,8 @@ import attnkit
 from attnkit import masks
 from attnkit.backends.blockwise import fused_band
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script: its sibling helpers
-from flex_race import cpu_flags  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script: the shared helpers
+from common import cpu_flags, record  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 B, H, E = 1, 8, 64
@@ -256,7 +256,7 @@ def main() -> None:
         res = {**json.loads(a.out.read_text()), "softmax_floor": res["softmax_floor"]}
     res["load_avg_after"] = list(os.getloadavg())
     a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(json.dumps(res, indent=1))
+    record(a.out, res)
     print(f"load {load_before} -> {os.getloadavg()}; wrote {a.out}")
 
 

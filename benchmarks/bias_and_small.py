@@ -56,10 +56,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script: its sibling helpers
-from flex_race import cpu_flags, tag_suffix  # noqa: E402
-from proc_memory import time_and_peak  # noqa: E402
-from timing import interleaved_times  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script: the shared helpers
+from common import bias_8k, cpu_flags, interleaved_times, mask_8k, record, tag_suffix, time_and_peak  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 B, H, E = 1, 8, 64
@@ -72,32 +70,6 @@ SMALL_B = (1, 8)
 SMALL_MASKS = ("causal", "window", "padding", "document")
 
 
-def _bias(kind: str, wrap=lambda fn: fn):
-    """The bias of a ``bias8k`` row; ``wrap`` is applied to the custom bias's function (a timer in
-    ``kernel_floor.py``)."""
-    import torch
-
-    from attnkit import biases
-
-    if kind == "alibi":
-        return biases.ALiBi(H)
-    if kind == "t5":
-        torch.manual_seed(0)
-        return biases.T5RelativeBias(H, bidirectional=True)
-    slopes = torch.linspace(0.05, 0.5, H)
-
-    def log_distance(b, h, q, kv):  # a user's function: attnkit knows only that it depends on the head
-        return -slopes[h] * torch.log1p((q - kv).abs().float())
-
-    return biases.custom_bias(wrap(log_distance), depends_on=("h",))
-
-
-def _mask_8k(kind: str):
-    from attnkit import masks
-
-    return None if kind == "none" else masks.causal()
-
-
 def bias_worker(bias_kind: str, mask_kind: str, impl: str, n: int, reps: int) -> dict:
     import torch
     import torch.nn.functional as F
@@ -107,7 +79,7 @@ def bias_worker(bias_kind: str, mask_kind: str, impl: str, n: int, reps: int) ->
     torch.set_num_threads(1)
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(B, H, n, E, generator=g) for _ in range(3))
-    bias, mask = _bias(bias_kind), _mask_8k(mask_kind)
+    bias, mask = bias_8k(bias_kind), mask_8k(mask_kind)
     path = None
     extra = {}
     if impl == "sdpa_dense_bias":
@@ -308,7 +280,7 @@ def main() -> None:
         out = {"what": __doc__.splitlines()[0], "torch": torch.__version__, "threads": 1, "quick": args.quick,
                "B": B, "H": H, "E": E, "n_bias": n, "before_src": before, "cpu": cpu_flags(),
                "reps": args.reps, "small_runs": args.small_runs, "bias_malloc": args.malloc, "loadavg_at_save": os.getloadavg()[0], "rows": rows}
-        path.write_text(json.dumps(out, indent=1) + "\n")
+        record(path, out)
 
     if args.part in (None, "bias8k"):
         for bias_kind in BIASES:

@@ -37,7 +37,7 @@ import torch.nn.functional as F
 
 import attnkit
 from attnkit import masks
-from timing import interleaved_times
+from common import interleaved_times, record
 
 try:
     from attnkit.core import tile_map
@@ -127,7 +127,7 @@ def main() -> None:
     if before is not None:
         res["before"] = before
     a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(json.dumps(res, indent=1))
+    record(a.out, res)
     print(f"load {load_before} -> {os.getloadavg()}; wrote {a.out}")
 
 

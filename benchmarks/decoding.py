@@ -34,6 +34,8 @@ import torch.nn.functional as F
 
 from attnkit.models.toy_decoder import ToyDecoder
 
+from common import record
+
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
@@ -193,7 +195,7 @@ def main() -> None:
         results["models"][f"{layers}_layer"] = row
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(results, indent=1))
+    record(out.with_suffix(".json"), results)
     print(f"wrote {out.with_suffix('.json')}")
     plot(results, out.with_suffix(".png"))
 

@@ -13,7 +13,7 @@ the dense mask or bias built once outside the timing, or ``is_causal``), ``attnk
 a bias), ``auto`` (what ``attnkit.attention`` picks without flex registered) and ``auto_with_flex``
 (what it picks with flex registered, as on a CUDA machine by default). Warm-up calls first
 (FlexAttention's first call compiles: ``first_call_ms``), then the median of ``--reps`` calls timed
-with CUDA events (``timing.py``); ``speedup_vs_sdpa`` = median(sdpa) / median(impl).
+with CUDA events (``common.time_calls``); ``speedup_vs_sdpa`` = median(sdpa) / median(impl).
 
     PYTHONPATH=src python benchmarks/flex_cuda.py [--quick] [--reps 10]   # → benchmarks/results/flex_cuda.json
 
@@ -25,7 +25,6 @@ choice with flex registered.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -39,8 +38,8 @@ import attnkit
 from attnkit import biases, masks
 from attnkit.backends import flex
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script: its sibling helpers
-from timing import first_call, time_calls  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script: the shared helpers
+from common import first_call, record, time_calls  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -183,11 +182,11 @@ def main() -> None:
     t0 = time.perf_counter()
     res["parity"] = parity(dev, (torch.float32, torch.bfloat16) if dev.type == "cuda" else (torch.float32,), dev.type == "cuda")
     a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(json.dumps(res, indent=1))
+    record(a.out, res)
     res["speed"] = speed(dev, a.quick, a.reps)
     res["seconds"] = time.perf_counter() - t0
     res["loadavg_1min"] = os.getloadavg()[0]  # a shared machine: how busy it was
-    a.out.write_text(json.dumps(res, indent=1))
+    record(a.out, res)
     print(f"wrote {a.out} in {res['seconds']:.0f} s")
 
 

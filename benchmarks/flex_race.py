@@ -43,15 +43,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import re
 import statistics
 import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script: its sibling helpers
-from proc_memory import time_and_peak  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script: the shared helpers
+from common import B, CHUNK, DOCS, E, H, PREFIX, WINDOW, cpu_flags, race_call, race_mask, record, tag_suffix, time_and_peak  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -84,97 +82,8 @@ CASES = {
 }
 # the performance goal of the fused route's forward + backward, checked against the measured row
 GOALS = {"window256_16k_fp32_fwdbwd:blockwise_fused": {"median_ms": 450.0, "peak_above_inputs_mib": 150.0}}
-DOCS, CHUNK, PREFIX = 16, 1024, 1024  # document: 16 equal documents; chunked causal chunks; prefix-LM prefix
 SLOW_REPS = {"sdpa_mask": 2, "blockwise_tiles": 2, "blockwise_before": 2}  # at n >= 16k: dense-mask and Python baselines, medians of fewer calls
 QUICK_N = 512
-WINDOW = 256
-B, H, E = 1, 8, 64
-
-
-
-
-def tag_suffix(ap: argparse.ArgumentParser, tag: str | None) -> str:
-    """``"_TAG"`` for a results file name (another machine's run), ``""`` without ``--tag``; a tag
-    that could not name a file stops the parser with the fix."""
-    if tag is None:
-        return ""
-    if not re.fullmatch(r"[a-z0-9_]+", tag):
-        ap.error(f"--tag must be lower-case letters, digits and '_' (it names a file), got {tag!r}")
-    return f"_{tag}"
-
-
-def cpu_flags() -> dict:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return {}
-    flags = set(re.search(r"^flags\s*:(.*)$", text, re.M).group(1).split()) if "flags" in text else set()
-    model = re.search(r"^model name\s*:(.*)$", text, re.M)
-    return {"model": model.group(1).strip() if model else platform.processor(),
-            **{f: f in flags for f in ("avx512f", "avx512_bf16", "amx_tile", "amx_bf16")}}
-
-
-def _make(kind, L, S, dtype, impl):
-    """(fn(q, k, v) -> out, label of the path that ran or None)."""
-    import torch
-
-    import attnkit
-
-    mask = _mask(kind, L, S)
-    if impl == "attnkit_auto":
-        return (lambda q, k, v: attnkit.attention(q, k, v, mask=mask)), "auto"
-    if impl == "blockwise_before":  # the earlier code (on PYTHONPATH): no fused-route switch to set
-        return (lambda q, k, v: attnkit.attention(q, k, v, mask=mask, backend="blockwise")), "blockwise"
-    if impl in ("blockwise_fused", "blockwise_tiles"):
-        from attnkit.backends.blockwise import fused_gate
-
-        fused_gate.set_enabled(impl == "blockwise_fused")
-        return (lambda q, k, v: attnkit.attention(q, k, v, mask=mask, backend="blockwise")), "blockwise"
-    if impl == "sdpa_mask":
-        dense = mask.materialize(L, S)[0, 0]  # (L, S) bool, built once outside the timed calls
-        return (lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=dense)), None
-    if impl == "sdpa_causal":
-        return (lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)), None
-    if impl == "flex":
-        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
-
-        off = S - L
-        doc = torch.arange(S) * DOCS // S
-        if kind == "window":
-            def mod(b, h, qi, ki):
-                return (ki <= qi + off) & (ki >= qi + off - (WINDOW - 1))
-        elif kind == "document":
-            def mod(b, h, qi, ki):
-                return doc[qi] == doc[ki]
-        elif kind == "chunked":
-            def mod(b, h, qi, ki):
-                return (ki <= qi + off) & ((qi + off) // CHUNK == ki // CHUNK)
-        elif kind == "prefix_lm":
-            def mod(b, h, qi, ki):
-                return (ki < PREFIX) | (ki <= qi + off)
-        else:
-            def mod(b, h, qi, ki):
-                return ki <= qi + off
-        bm = create_block_mask(mod, None, None, L, S, device="cpu")
-        compiled = torch.compile(flex_attention)
-        return (lambda q, k, v: compiled(q, k, v, block_mask=bm)), None
-    raise ValueError(f"impl must be one of the implementations in CASES, got {impl!r}")
-
-
-def _mask(kind, L, S):
-    import torch
-
-    from attnkit import masks as M
-
-    if kind == "window":
-        return M.sliding_window(WINDOW - 1, 0)
-    if kind == "document":
-        return M.document(torch.arange(S) * DOCS // S)
-    if kind == "chunked":
-        return M.chunked(CHUNK)
-    if kind == "prefix_lm":
-        return M.prefix_lm(PREFIX)
-    return M.causal()
 
 
 def goals(rows: list[dict]) -> dict:
@@ -191,7 +100,7 @@ def goals(rows: list[dict]) -> dict:
 
 def useful_pairs(kind, L, S) -> int:
     """Allowed (query, key) pairs per head: the useful work, counted on the mask 1024 rows at a time."""
-    mask = _mask(kind, L, S)
+    mask = race_mask(kind, L, S)
     return sum(int(mask.evaluate((q0, min(q0 + 1024, L)), (0, S), L, S).sum()) for q0 in range(0, L, 1024))
 
 
@@ -209,7 +118,7 @@ def worker(case: str, impl: str, reps: int, quick: bool) -> dict:
     k = torch.randn(B, H, S, E, generator=g).to(dt).requires_grad_(back)
     v = torch.randn(B, H, S, E, generator=g).to(dt).requires_grad_(back)
     dout = torch.randn(B, H, L, E, generator=g).to(dt) if back else None
-    fn, label = _make(kind, L, S, dt, impl)
+    fn, label = race_call(kind, L, S, dt, impl)
     if L * S >= 16384 ** 2 and impl in SLOW_REPS:
         reps = min(reps, SLOW_REPS[impl])
     path = None
@@ -335,7 +244,7 @@ def main() -> None:
                "B": B, "H": H, "E": E, "window": WINDOW, "docs": DOCS, "chunk": CHUNK, "prefix": PREFIX,
                "cpu": cpu_flags(), "reps": args.reps, "slow_reps": SLOW_REPS, "before_src": before_src,
                "loadavg_at_save": os.getloadavg()[0], "goals": {} if args.quick else goals(rows), "rows": rows}
-        path.write_text(json.dumps(out, indent=1) + "\n")
+        record(path, out)
 
     for case, (_, _, _, _, _, impls, base) in CASES.items():
         for impl in impls:

@@ -29,6 +29,8 @@ import torch
 from attnkit.experiments.forecast.train import MODELS, QUICK, model_kwargs
 from attnkit.models.forecasters import FORECASTERS, ForecastSpec, create_forecaster
 
+from common import record
+
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
@@ -100,7 +102,7 @@ def main(argv=None) -> None:
            "loadavg_1min": {"before": round(load_before[0], 2), "after": round(os.getloadavg()[0], 2)}, "cpus": os.cpu_count(),
            "models": rows}
     a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(json.dumps(doc, indent=1))
+    record(a.out, doc)
     print(f"wrote {a.out}")
 
 

@@ -38,6 +38,7 @@ sys.path.insert(0, str(ROOT / "tests" / "fuzz"))
 from _fuzz_cases import BUDGETS, bias_label, draw_case, mask_label  # noqa: E402
 from _fuzz_judge import backends, failure_key, run_case  # noqa: E402
 from _fuzz_known import classify  # noqa: E402
+from common import record  # noqa: E402
 
 STORED_PER_GROUP = 10  # repro params kept per (open request, backend, dtype); the counts are always complete
 
@@ -196,7 +197,7 @@ def _save(path: Path, state: dict) -> None:
     state["summary"] = summarize(state)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(state, indent=1, default=str))
+    record(tmp, state)
     tmp.replace(path)  # atomic: an interrupted run leaves the last complete chunk
 
 

@@ -1,8 +1,7 @@
-"""The README's table of the CPU speed goals, built from the committed benchmark JSON.
+"""docs/performance.md's table of the CPU speed goals, built from the committed benchmark JSON.
 
     python benchmarks/goal_table.py            # prints the table's lines
-    python benchmarks/goal_table.py --readme   # writes them between the README's goal-table and
-                                               # flex-table markers
+    python benchmarks/goal_table.py --write    # writes every table between its markers in docs/performance.md
 
 Each row reads one committed file (all one thread, fp32 unless said, B=1, H=8, E=64, medians):
 ``flex_race.json`` (blockwise's fused route against compiled FlexAttention and SDPA in the same
@@ -10,7 +9,7 @@ run), ``bf16_window.json``, ``bias_and_small.json`` (relative biases at 8k again
 the previous code, and small masked calls against SDPA given a prebuilt dense mask),
 ``causal_interleaved.json`` (causal ``auto`` against SDPA ``is_causal``, timed call by call in one process).
 A second table sets ``auto`` beside compiled FlexAttention on every forward row of those runs
-(``flex_lines``). ``tests/docs/test_readme_goal_table.py`` checks that the README holds exactly
+(``flex_lines``). ``tests/docs/test_performance_goal_table.py`` checks that docs/performance.md holds exactly
 these lines.
 """
 
@@ -262,23 +261,23 @@ MARKERS = {"goal-table": table_lines, "flex-table": flex_lines,
            f"floor-table-{SECOND_MACHINE}": floor_lines}
 
 
-def write_readme(readme: Path = RESULTS.parents[1] / "README.md") -> None:
+def write_page(page: Path = RESULTS.parents[1] / "docs" / "performance.md") -> None:
     """Replace the lines between each ``<!-- NAME:start -->`` and ``<!-- NAME:end -->`` pair of
     :data:`MARKERS` with its table."""
-    text = readme.read_text(encoding="utf-8")
+    text = page.read_text(encoding="utf-8")
     for name, lines in MARKERS.items():
         start, end = f"<!-- {name}:start -->\n", f"\n<!-- {name}:end -->"
         if start not in text or end not in text:
-            raise ValueError(f"{readme} has no {name} markers; add {start.strip()} and {end.strip()} around the table")
+            raise ValueError(f"{page} has no {name} markers; add {start.strip()} and {end.strip()} around the table")
         head, rest = text.split(start, 1)
         text = head + start + "\n".join(lines()) + end + rest.split(end, 1)[1]
-    readme.write_text(text, encoding="utf-8")
+    page.write_text(text, encoding="utf-8")
 
 
 if __name__ == "__main__":
     import sys
 
-    if sys.argv[1:] == ["--readme"]:
-        write_readme()
+    if sys.argv[1:] == ["--write"]:
+        write_page()
     else:
         print("\n".join(table_lines() + [""] + flex_lines()))

@@ -15,7 +15,7 @@ implementation:
 Implementations: ``sdpa_mask`` (dense bool mask or float bias), ``sdpa_causal`` (``is_causal``,
 causal cases with L == S), ``flex`` (``torch.compile(flex_attention)`` with ``create_block_mask``
 and, for ALiBi, a ``score_mod``), ``attnkit_auto`` (its choice among the registered backends,
-attnkit's ``flex`` included on a CUDA machine) and ``attnkit_blockwise``. Timer: ``timing.py``.
+attnkit's ``flex`` included on a CUDA machine) and ``attnkit_blockwise``. Timer: ``common.time_calls``.
 
 Run:  PYTHONPATH=src python benchmarks/gpu_race.py [--quick] [--reps 10] [--out PATH] [--budget-s 420]
 Saves benchmarks/results/gpu_race.json by default, row by row, so a run cut short keeps its rows.
@@ -34,8 +34,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script: its sibling helpers
-from timing import first_call, time_calls  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script: the shared helpers
+from common import first_call, record, time_calls  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 B, H, E = 1, 8, 64
@@ -210,7 +210,7 @@ def main() -> None:
         doc["rows"].extend(run_case(case, args.reps, args.quick, device))
         doc["seconds"] = time.perf_counter() - start
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(doc, indent=1))
+        record(out, doc)
     print(f"wrote {out}")
 
 

@@ -27,6 +27,8 @@ import torch
 
 import attnkit
 
+from common import record
+
 BACKENDS = ("reference", "sdpa", "blockwise")
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -109,7 +111,7 @@ def main(argv=None) -> int:
     )
     data[args.label] = {"attnkit_file": attnkit.__file__, "time_s": round(time.perf_counter() - t0, 1), "errors": res}
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=1) + "\n")
+    record(path, data)
     for backend, rows in res.items():
         for dt, r in rows.items():
             print(args.label, backend, dt, {k: (round(x, 5) if isinstance(x, float) else x) for k, x in r.items()})

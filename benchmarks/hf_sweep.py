@@ -22,12 +22,13 @@ the eager model into ours.
 from __future__ import annotations
 
 import argparse
-import json
 import signal
 import warnings
 from pathlib import Path
 
 import torch
+
+from common import record
 
 # small enough to build any model in a second; keys a config lacks are skipped
 SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=64,
@@ -122,8 +123,7 @@ def main(argv=None) -> Path:
                "refused": sum(v == "refused" for v in res.values()),
                "error": sum(isinstance(v, str) and v.startswith("ERR") for v in res.values()),
                "timeout": sum(v == "timeout" for v in res.values()), "total": len(res)}
-    out.write_text(json.dumps({"transformers": T.__version__, "torch": torch.__version__, "summary": summary,
-                               "models": res}, indent=1))
+    record(out, {"transformers": T.__version__, "torch": torch.__version__, "summary": summary, "models": res})
     print(summary, "->", out)
     return out
 

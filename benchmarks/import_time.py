@@ -30,6 +30,8 @@ from pathlib import Path
 
 import torch
 
+from common import record
+
 RESULTS = Path(__file__).resolve().parent / "results"
 THIS_SRC = Path(__file__).resolve().parent.parent / "src"
 LIMIT_S = 0.3
@@ -121,7 +123,7 @@ def main() -> None:
               f"{r['rss_mb_median']:.1f} MB; loaded {r['loaded_on_import']}; dynamo after eager calls: "
               f"{r['dynamo_after_eager_calls']}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    record(args.out, result)
     print(f"wrote {args.out}")
 
 

@@ -57,10 +57,8 @@ from pathlib import Path
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script: its sibling helpers
-from bias_and_small import _bias, _mask_8k  # noqa: E402
-from flex_race import _make, cpu_flags, tag_suffix  # noqa: E402
-from timing import time_calls  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script: the shared helpers
+from common import bias_8k, cpu_flags, mask_8k, race_call, record, tag_suffix, time_calls  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 ROOT = Path(__file__).resolve().parents[1]
@@ -160,16 +158,16 @@ def _call(case: str, n: int, dtype: torch.dtype, wrap):
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(B, H, n, E, generator=g).to(dtype) for _ in range(3))
     if case.startswith("window"):
-        fn, _ = _make("window", n, n, dtype, "attnkit_auto" if case == "window256_16k" else "blockwise_fused")
+        fn, _ = race_call("window", n, n, dtype, "attnkit_auto" if case == "window256_16k" else "blockwise_fused")
         return (lambda: fn(q, k, v)), q, k, v
     kind, mask_kind = case.split("_8k_")
-    bias, mask = _bias(kind, wrap), _mask_8k(mask_kind)
+    bias, mask = bias_8k(kind, wrap), mask_8k(mask_kind)
     return (lambda: attnkit.attention(q, k, v, mask=mask, bias=bias)), q, k, v
 
 
 def _flex_ms(n: int, q, k, v, reps: int) -> tuple[float, float]:
     """(median ms, compile-and-first-call s) of compiled Flex with the window as a block mask."""
-    compiled, _ = _make("window", n, n, q.dtype, "flex")
+    compiled, _ = race_call("window", n, n, q.dtype, "flex")
     t0 = time.perf_counter()
     compiled(q, k, v)
     first = time.perf_counter() - t0
@@ -269,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
                "B": B, "H": H, "E": E, "cpu": cpu_flags(),
                "before_src": args.before_src or old.get("before_src"), "loadavg_at_save": os.getloadavg()[0],
                "rows": rows, "verdicts": verdicts(rows)}
-        path.write_text(json.dumps(out, indent=1) + "\n")
+        record(path, out)
         print(json.dumps({k: (round(v, 1) if isinstance(v, float) else v) for k, v in rows[case].items() if k != "path"}), flush=True)
     return 0
 

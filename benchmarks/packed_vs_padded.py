@@ -17,7 +17,7 @@ D = 512, H = 8, E = 64, float32, one thread), with the same weights:
   ``scaled_dot_product_attention``): the yardstick every ratio is also given against.
 
 Time: median of ``--reps`` interleaved repetitions after a warm-up, in this process. Memory: each case
-in a fresh process (``proc_memory``): after the module and inputs exist the peak-RSS counter is reset,
+in a fresh process (``common.reset_peak``): after the module and inputs exist the peak-RSS counter is reset,
 one forward + backward runs, and ``VmHWM - VmRSS_before`` is the extra memory it needed; median of
 ``--mem-reps`` processes. The 1-minute load average is recorded before and after (the machine is shared).
 
@@ -38,8 +38,8 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script: its sibling helpers
-from proc_memory import reset_peak, status_kib  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script: the shared helpers
+from common import record, reset_peak, status_kib  # noqa: E402
 
 import torch  # noqa: E402
 
@@ -200,7 +200,7 @@ def main() -> None:
         "load_avg_before": list(load_before), "load_avg_after": list(os.getloadavg()), "cpu_count": os.cpu_count(),
     }
     a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(json.dumps(res, indent=1))
+    record(a.out, res)
     print(f"lengths: {source}; batch {summary(lengths)}")
     for c in CASES:
         print(f"{c:13s} {med[c]:8.1f} ms   {mem[c]['extra_mib_median']:8.1f} MiB")

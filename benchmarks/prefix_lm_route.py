@@ -18,15 +18,13 @@ Saves benchmarks/results/prefix_lm_route.json (``--out FILE``: another machine's
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script: its sibling helpers
-from flex_race import cpu_flags  # noqa: E402
-from timing import interleaved_times  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script: the shared helpers
+from common import cpu_flags, interleaved_times, record  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 B, H, E, PREFIX = 1, 8, 64, 1024
@@ -92,7 +90,7 @@ def main(argv: list[str] | None = None) -> dict:
     out = {"what": __doc__.splitlines()[0], "torch": torch.__version__, "threads": 1, "B": B, "H": H, "E": E,
            "prefix": PREFIX, "cpu": cpu_flags(), "rows": rows}
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(out, indent=1), encoding="utf-8")
+    record(args.out, out)
     return out
 
 

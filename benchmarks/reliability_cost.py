@@ -41,7 +41,6 @@ against float64 + 16 ulps) of the fused backward with no rerun: where the thresh
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import statistics
@@ -55,7 +54,7 @@ from attnkit.backends import sdpa_flash
 from attnkit.backends.nonfinite import needs_exact
 from attnkit.backends.sdpa import kernel_layout
 from attnkit.core.call import make_call
-from timing import interleaved_times
+from common import interleaved_times, record
 
 RESULTS = Path(__file__).resolve().parent / "results"
 B, H, E = 1, 8, 64
@@ -185,7 +184,7 @@ def main_backward(args) -> None:
             print(f"max|lse| in {rng}: {r['calls']} calls, worst error/tolerance {r['worst_error_over_tolerance']:.2f}")
     out = args.out if args.out != RESULTS / "reliability_cost.json" else RESULTS / "reliability_cost_backward.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    record(out, result, indent=2)
     print(f"wrote {out}")
 
 
@@ -222,7 +221,7 @@ def main() -> None:
         "sdpa_exponent": _slope(ns, [r["sdpa_s"] for r in rows]),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    record(args.out, result, indent=2)
     print(f"exponents (log time vs log n): check {result['check_exponent']:.2f}, copy {result['copy_exponent']:.2f}, "
           f"sdpa {result['sdpa_exponent']:.2f}; wrote {args.out}")
 

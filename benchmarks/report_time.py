@@ -23,6 +23,8 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from common import record
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -60,7 +62,7 @@ def main(argv=None) -> Path:
         "max_rss_mib": round(ru.ru_maxrss / 1024, 1),
         "load_average_1_5_15": {"at_start": load0, "at_end": _load()},
     }
-    args.out.write_text(json.dumps(doc, indent=1) + "\n")
+    record(args.out, doc)
     print(json.dumps(doc, indent=1))
     return args.out
 

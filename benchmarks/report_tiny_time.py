@@ -22,6 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from common import record
+
 ROOT = Path(__file__).resolve().parents[1]
 RUN = """
 import sys, time
@@ -76,7 +78,7 @@ def main() -> None:
         "threads": os.environ.get("OMP_NUM_THREADS", "1"), "load_avg_1min_at_end": round(os.getloadavg()[0], 2),
         "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
-    args.out.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    record(args.out, doc)
     print(json.dumps(doc["median_s"]), json.dumps(doc["ratio"]), json.dumps(doc["cpu_ratio"]), f"→ {args.out}")
 
 

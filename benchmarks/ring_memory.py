@@ -23,7 +23,6 @@ Saves benchmarks/results/ring_memory.json and prints a table.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import sys
@@ -32,8 +31,8 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script: its sibling helpers
-from proc_memory import reset_peak, status_kib  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script: the shared helpers
+from common import record, reset_peak, status_kib  # noqa: E402
 
 import torch
 import torch.distributed as dist
@@ -145,7 +144,7 @@ def main() -> None:
         rows=rows,
     )
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    record(args.out, report, indent=2)
 
     print(f"\nn={args.n} B={args.batch} H={args.heads} E={args.dim} fp32 causal={args.causal}; "
           f"one full L x L score matrix = {scores_mib:.0f} MiB")

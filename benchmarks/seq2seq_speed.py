@@ -24,7 +24,6 @@ One intra-op thread (the benchmark machine is shared; see benchmarks/decoding.py
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import statistics
 import time
@@ -37,6 +36,8 @@ from attnkit.experiments.seq2seq.evaluate import token_loss
 from attnkit.experiments.seq2seq.models import MODELS, build, match_budget
 from attnkit.models.decoding import beam_search, greedy_decode
 from attnkit.models.transformer import Seq2SeqTransformer
+
+from common import record
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -161,7 +162,7 @@ def main(argv=None) -> None:
     out = args.out or (None if args.smoke else str(RESULTS / "seq2seq_speed.json"))
     if out:
         Path(out).parent.mkdir(parents=True, exist_ok=True)
-        Path(out).write_text(json.dumps(results, indent=1))
+        record(Path(out), results)
         print(f"wrote {out}")
 
 

@@ -25,7 +25,6 @@ B=1, H=8, E=64, float32, causal, one thread; forward (no grad) and forward+backw
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import platform
 import statistics
@@ -37,6 +36,7 @@ import torch.nn.functional as F
 
 import attnkit
 from attnkit import biases, masks
+from common import record
 
 RESULTS = Path(__file__).resolve().parent / "results"
 B, H, E = 1, 8, 64
@@ -129,7 +129,7 @@ def main() -> None:
     meta = {"torch": torch.__version__, "threads": 1, "dtype": "float32", "B": B, "H": H, "E": E, "mask": "causal",
             "machine": platform.machine(), "processor": platform.processor() or platform.machine()}
     a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+    record(a.out, {"meta": meta, "rows": rows})
     print(f"wrote {a.out}")
 
 

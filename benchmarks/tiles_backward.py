@@ -19,7 +19,6 @@ Saves benchmarks/results/tiles_backward.json (with the 1-minute load average and
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -29,8 +28,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script: its sibling helpers
-from flex_race import cpu_flags  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script: the shared helpers
+from common import cpu_flags, record  # noqa: E402
 
 import attnkit  # noqa: E402
 from attnkit import masks as M  # noqa: E402
@@ -121,7 +120,7 @@ def main() -> None:
     res = {"what": __doc__.splitlines()[0], "torch": torch.__version__, "threads": 1, "B": B, "H": H, "E": E,
            "cpu": cpu_flags(), "loadavg_at_save": os.getloadavg()[0], "rows": rows}
     a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(json.dumps(res, indent=1) + "\n")
+    record(a.out, res)
     print("saved", a.out)
 
 

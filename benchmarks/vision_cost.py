@@ -35,6 +35,8 @@ from pathlib import Path
 
 import torch
 
+from common import record
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "modules"))
 RESULTS = Path(__file__).resolve().parent / "results" / "vision_cost.json"
 IMPLS = ("auto", "blockwise", "naive")
@@ -53,7 +55,7 @@ def naive_forward(m, x: torch.Tensor) -> torch.Tensor:
 
 
 def worker(spec: dict) -> dict:
-    from attnkit.bench.harness import _peak, _reset_peak
+    from attnkit.bench.harness import peak_rss, reset_peak_rss
     from attnkit.modules.mhsa2d import MHSA2d
 
     dev = torch.device(spec["device"])
@@ -85,11 +87,11 @@ def worker(spec: dict) -> dict:
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated()
     else:
-        base = _reset_peak()
+        base = reset_peak_rss()
     t0 = time.perf_counter()
     call(x)
     first = time.perf_counter() - t0
-    peak = (torch.cuda.max_memory_allocated() if dev.type == "cuda" else _peak()) - base
+    peak = (torch.cuda.max_memory_allocated() if dev.type == "cuda" else peak_rss()) - base
     times = []
     for _ in range(spec["runs"]):
         t0 = time.perf_counter()
@@ -129,7 +131,7 @@ def main(argv=None) -> int:
                                                             "machine": platform.machine(), "device": a.device}, "rows": rows}
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(doc, indent=1))
+    record(out, doc)
     print(f"wrote {out}")
     return 0
 

@@ -15,18 +15,13 @@ from .core.options import options
 from .core.output import AttentionOutput, BackendResult, Report
 from .core.registry import available as available_backends
 from .core.registry import register
-from . import backends as _backends  # registers the built-in backends (the core never imports them)
+from . import backends as _backends  # noqa: F401  (registers the built-in backends; the core never imports them)
 from .backends.blockwise import blockwise_attention, set_tile_sizes
 from .backends.linear import linear_attention
 from .modules.multihead import MultiHeadAttention
 from .modules.latent_attention import MultiHeadLatentAttention
 from .modules.rotary import RotaryEmbedding
-import sys as _sys
-
-from .modules import cache  # the KV caches' public name is attnkit.cache
-
-# registered as a module too, so `from attnkit.cache import DynamicCache` works without a root file
-_sys.modules[__name__ + ".cache"] = cache
+from . import cache  # the KV caches under their short name (attnkit/cache.py re-exports attnkit.modules.cache)
 
 # heavier parts load on first use: `attnkit.inspect.capture(...)` works after a plain `import attnkit`
 _LAZY = ("inspect", "distributed", "models", "integrations")

@@ -1,4 +1,4 @@
-"""The README's playground section says the committed latency numbers, links every screenshot,
+"""docs/serve.md (the README's playground page) says the committed latency numbers, links every screenshot,
 and documents the API's limits with the values the code uses."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 from attnkit.serve import limits as LIM
 
 ROOT = Path(__file__).resolve().parents[2]
-README = re.sub(r"\s+", " ", (ROOT / "README.md").read_text(encoding="utf-8"))
+README = re.sub(r"\s+", " ", (ROOT / "docs" / "serve.md").read_text(encoding="utf-8"))
 LATENCY = json.loads((ROOT / "benchmarks" / "results" / "serve_latency.json").read_text(encoding="utf-8"))
 
 
@@ -38,8 +38,8 @@ def test_latency_numbers_are_the_committed_json():
 def test_screenshots_are_linked_and_exist():
     for lang in ("zh", "en"):
         for width in ("laptop", "phone"):
-            rel = f"docs/screenshots/serve_{lang}_{width}.png"
-            assert f"({rel})" in README and (ROOT / rel).is_file()
+            rel = f"screenshots/serve_{lang}_{width}.png"
+            assert f"({rel})" in README and (ROOT / "docs" / rel).is_file()
 
 
 def test_limits_in_the_readme_are_the_codes():

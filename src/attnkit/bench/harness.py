@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import platform
 import resource
@@ -32,6 +31,7 @@ from pathlib import Path
 
 import torch
 
+from .provenance import provenance
 from .suites import B, BACKENDS, BIASES, E, H, MASKS, WINDOW, _skip_reason, suite_specs  # noqa: F401
 
 # runs land here unless --out names another folder; benchmarks/results/ holds the committed numbers
@@ -101,7 +101,7 @@ def _status_bytes(field: str) -> int:
     raise RuntimeError(f"{field} not in /proc/self/status")
 
 
-def _reset_peak() -> int:
+def reset_peak_rss() -> int:
     """Return free heap to the OS, reset the resident high-water mark, return the current RSS.
 
     ``ru_maxrss`` never goes down, so the peak of torch's import would hide everything smaller;
@@ -121,7 +121,8 @@ def _reset_peak() -> int:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def _peak() -> int:
+def peak_rss() -> int:
+    """This process's resident high-water mark in bytes (``VmHWM``; ``ru_maxrss`` where /proc is absent)."""
     try:
         return _status_bytes("VmHWM")
     except OSError:
@@ -130,7 +131,7 @@ def _peak() -> int:
 
 def worker(spec: dict) -> dict:
     """One measurement in this (fresh) process. Returns times, peak memory and the chosen backend."""
-    import attnkit
+    import attnkit  # noqa: F401  (registers the backends in this fresh worker process)
 
     torch.set_num_threads(int(spec.get("threads") or torch.get_num_threads()))
     n, dtype = spec["n"], getattr(torch, spec["dtype"])
@@ -143,11 +144,11 @@ def worker(spec: dict) -> dict:
     # drawn directly in the target dtype: no freed fp32 temporaries below the memory baseline
     q, k, v = (torch.randn(B, H, n, E, generator=g, dtype=dtype).requires_grad_(grad) for _ in range(3))
     dout = torch.randn(B, H, n, E, generator=g, dtype=dtype) if grad else None
-    base = _reset_peak()
+    base = reset_peak_rss()
     t0 = time.perf_counter()
     chosen = _call([q, k, v], mask, bias, backend, grad, n, dout)
     first = time.perf_counter() - t0
-    peak = _peak() - base
+    peak = peak_rss() - base
     times, pair_times = [], []
     budget_s = spec.get("max_seconds", 120.0)
     pair = spec.get("pair")  # time another backend interleaved with this one: load drift cancels
@@ -325,7 +326,7 @@ def run_bench(quick: bool = False, out_dir: str | os.PathLike = DEFAULT_OUT, *, 
     specs = suite_specs(suite)
     t_start = time.perf_counter()
     peaks = {dt: gemm_peak(getattr(torch, dt)) for dt in sorted({s["dtype"] for s in specs})}
-    log(f"GEMM peak (GFLOP/s): " + ", ".join(f"{k} {v:.0f}" for k, v in peaks.items()))
+    log("GEMM peak (GFLOP/s): " + ", ".join(f"{k} {v:.0f}" for k, v in peaks.items()))
     rows = []
     for spec in specs:
         why = _skip_reason(spec)
@@ -345,6 +346,7 @@ def run_bench(quick: bool = False, out_dir: str | os.PathLike = DEFAULT_OUT, *, 
             log(f"{spec['tag']:>16} n={spec['n']} {spec['mask']} {spec['bias']} {spec['backend']}: {r.get('error')}")
         rows.append(r)
     result = {
+        "provenance": provenance(script="attnkit bench"),
         "suite": suite,
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "torch": torch.__version__,
                     "threads": torch.get_num_threads(), "load_avg_at_end": os.getloadavg()},

@@ -48,8 +48,8 @@ def cpu_has(probe: str) -> bool:
 
 # SDPA's half-precision speed is the CPU's: with AMX tiles its bf16 kernel runs 2.76x its float32
 # rate, with AVX512-FP16 its fp16 kernel 0.95x (benchmarks/results/bf16_rates.json "half_rates",
-# n = 4096, 1 thread); without them, the rates measured before on a CPU that lacked both are kept
-# (bf16 140 GFLOP/s; fp16 had no native kernel, ~3 GFLOP/s, measured with torch 2.13)
+# n = 4096, 1 thread); without them, the rates of an earlier CPU that lacked both are kept (fp16 had
+# no native kernel there), not re-measured since
 HAS_AMX = cpu_has("amx")  # read once: SDPA's bf16 rate and the banded route's bf16 geometry depend on it
 _SDPA_BF16 = 2.76 * 115e9 if HAS_AMX else 140e9
 _SDPA_FP16 = 0.95 * 115e9 if cpu_has("fp16") else 4e9
@@ -157,7 +157,7 @@ def current_device() -> str:
 
 MASK_OPS = 3.0  # element-wise passes to evaluate a mask predicate on one element
 
-# {"time_s": seconds, "bytes": extra bytes}, and optionally "path": which of a backend's code paths
+# {"time_s": seconds, "bytes": extra bytes}, and optionally "path": which of a backend's routes
 # the estimate is for (the report names it)
 Estimate = dict[str, float | str]
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from .masks import Mask, Predicate
+from .mask_base import Mask, Predicate
 from .tiles import TileGrid, and_states, not_states, or_states
 
 class _Combined(Mask):

@@ -19,7 +19,7 @@ import torch
 
 from .checks import require_choice
 from .indices import alignment_offset
-from .masks import ALIGNS, Mask
+from .mask_base import ALIGNS, Mask
 from .tiles import TileGrid
 
 

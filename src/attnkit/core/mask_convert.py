@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 
 from .checks import require_choice
-from .masks import Mask, values_readable
+from .mask_base import Mask, values_readable
 from .tiles import PARTIAL, TileGrid, block_all_any
 
 

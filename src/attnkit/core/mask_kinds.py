@@ -19,7 +19,7 @@ import torch
 
 from .checks import require_choice
 from .indices import alignment_offset
-from .masks import ALIGNS, Mask, values_readable
+from .mask_base import ALIGNS, Mask, values_readable
 from .tiles import PARTIAL, TileGrid, block_min_max
 
 

@@ -16,7 +16,7 @@ from typing import Iterable
 import torch
 
 from .checks import require_dense_rank
-from .masks import Mask, Predicate, values_readable
+from .mask_base import Mask, Predicate, values_readable
 from .tiles import PARTIAL, TileGrid
 
 

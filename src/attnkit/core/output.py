@@ -53,7 +53,7 @@ class BackendResult:
     lse: torch.Tensor | None = None
     fully_masked_rows: int | None = None
     materialized: list[Materialized] = field(default_factory=list)
-    # which of the backend's code paths ran, where it has several (the report repeats it)
+    # which of the backend's routes ran, where it has several (the report repeats it)
     route: str | None = None
 
 

@@ -25,7 +25,7 @@ import numbers
 
 import torch
 
-from .biases import ScoreModifier
+from .bias_base import ScoreModifier
 
 __all__ = ["SoftCap", "softcap"]
 

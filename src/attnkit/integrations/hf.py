@@ -25,7 +25,7 @@ How Hugging Face's mask arrives and what attnkit makes of it (attnkit's polarity
 * float, additive — masked entries are ``-inf`` or the dtype's most negative value (HF's fill
   ``torch.finfo(dtype).min``); they become mask entries, never added as huge numbers, and the rest is
   an additive bias (dropped when it is all zeros). A fully masked row therefore gives zeros, not the
-  uniform average HF's eager path produces.
+  uniform average HF's eager implementation produces.
 
 Attention sinks (gpt-oss's ``s_aux``, Inkling-2's ``sinks``: one more logit per query and head, with
 a zero value) go to :func:`attnkit.attention` as ``sinks=`` (:mod:`attnkit.core.sinks`): forward and

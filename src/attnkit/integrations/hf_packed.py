@@ -15,7 +15,7 @@ per-sequence causal (and ``sliding_window``) mask is bottom-right aligned, as th
 The restart of ``position_ids`` is trusted only when transformers also built the block-diagonal mask
 (the first token of each sequence may not see the previous token): with a 2-D ``attention_mask`` the
 model does not pack, and then neither does attnkit. Calls that ask for attention weights, carry a T5
-``position_bias`` or per-row sinks keep the dense path (correct, with the mask transformers built).
+``position_bias`` or per-row sinks keep the dense route (correct, with the mask transformers built).
 
 Shape legend: T packed tokens, H query heads, Hkv key/value heads, E / Ev head dims; query (1, H, T, E).
 """
@@ -68,7 +68,7 @@ def packed_offsets(query: torch.Tensor, key: torch.Tensor, attention_mask, kwarg
     if not given and kwargs.get("position_ids") is None:
         return None
     if hf_weights.wants_weights(kwargs) or kwargs.get("position_bias") is not None:
-        return None  # weights of a packed row, or a dense T5 bias: the dense path handles them
+        return None  # weights of a packed row, or a dense T5 bias: the dense route handles them
     sink = kwargs.get("s_aux") if kwargs.get("s_aux") is not None else kwargs.get("sinks")
     if sink is not None and sink.dim() != 1:
         return None  # per-row sinks are laid out for the (B, H, L) batch
@@ -95,7 +95,7 @@ def packed_forward(
     module: nn.Module, query, key, value, offsets, *, scaling, dropout, causal: bool, kwargs: dict, backend: str,
 ) -> tuple[torch.Tensor, None]:
     """One attention call of a packed row: query (1, H, T, E) → ((1, T, H, Ev), None)."""
-    from .hf import _softcap_mod, _window_mask  # the dense path's conversions, shared (hf imports this module)
+    from .hf import _softcap_mod, _window_mask  # the dense route's conversions, shared (hf imports this module)
 
     cu_q, cu_k = offsets
     window = kwargs.get("sliding_window")

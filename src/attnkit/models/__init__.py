@@ -16,7 +16,7 @@ time series              create_forecaster (LSTM, LSTM + attention, Transformer,
 
 from __future__ import annotations
 
-import importlib
+from .._lazy import lazy_exports
 
 _EXPORTS = {
     "BertModel": "bert",
@@ -43,19 +43,4 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-# A name equal to its file name must be bound eagerly: importing the submodule anywhere (e.g.
-# ``import attnkit.models.insert_attention``) sets the package attribute to the *module*, and ``__getattr__``
-# is never asked again, so the public name would silently become the module.
-for _name, _file in _EXPORTS.items():
-    if _name == _file:
-        globals()[_name] = getattr(importlib.import_module(f".{_file}", __name__), _name)
-
-
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
-    raise AttributeError(f"module 'attnkit.models' has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -13,13 +13,14 @@ RNN seq2seq              BahdanauAttention, LuongAttention, make_seq2seq_attenti
 vision (B, C, H, W)      SqueezeExcite, ECA, CBAM, ChannelAttention, SpatialAttention, MHSA2d,
                          create_attn
 time series              TemporalAttention
+query over memory        MemoryAttentionOutput, what seq2seq and temporal attention return
 KV caches                DynamicCache, StaticCache, SlidingWindowCache, CrossAttentionCache
 =======================  =====================================================================
 """
 
 from __future__ import annotations
 
-import importlib
+from .._lazy import lazy_exports
 
 # public name -> the file that defines it (one concept per file)
 _EXPORTS = {
@@ -42,6 +43,7 @@ _EXPORTS = {
     "MHSA2d": "mhsa2d",
     "create_attn": "create_attn",
     "TemporalAttention": "temporal_attention",
+    "MemoryAttentionOutput": "memory_output",
     "DynamicCache": "cache_kinds",
     "StaticCache": "cache_kinds",
     "SlidingWindowCache": "cache_kinds",
@@ -59,19 +61,4 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-# A name equal to its file name must be bound eagerly: importing the submodule anywhere (e.g.
-# ``import attnkit.modules.create_attn``) sets the package attribute to the *module*, and ``__getattr__``
-# is never asked again, so the public name would silently become the module.
-for _name, _file in _EXPORTS.items():
-    if _name == _file:
-        globals()[_name] = getattr(importlib.import_module(f".{_file}", __name__), _name)
-
-
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
-    raise AttributeError(f"module 'attnkit.modules' has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -29,7 +29,7 @@ from ..core.varlen_layout import check_cu_seqlens, positions_in_sequence
 
 
 def refuse_padded_arguments(**given) -> None:
-    """Arguments of the padded path that a packed call cannot take."""
+    """Arguments of the padded route that a packed call cannot take."""
     fixes = {
         "key_padding_mask": "a packed batch has no padding; leave the pad tokens out and describe the lengths in cu_seqlens",
         "attention_mask": "a packed batch has no padding; leave the pad tokens out and describe the lengths in cu_seqlens",

@@ -14,7 +14,7 @@ smaller than MHA's.
 
 Attention sinks (``sinks=True``; gpt-oss, StreamingLLM, :mod:`attnkit.core.sinks`): one learned
 logit per head, zero-initialised, joins every row's softmax with a zero value, in the plain, the
-cached and the cross-attention paths alike, so a row may attend to nothing.
+cached and the cross-attention routes alike, so a row may attend to nothing.
 
 Packed variable-length input (``forward(x (T, D), cu_seqlens=...)``, FlashAttention's varlen layout,
 no padding computed) lives in :mod:`.mha_packed`. Mask/padding/position handling lives in :mod:`.mha_inputs`, weight conversion to and from
@@ -208,6 +208,7 @@ class MultiHeadAttention(nn.Module):
         """One decoding step (or a prompt) against ``cache``; see :mod:`attnkit.modules.cache`."""
         from . import cache as C
         from ..core.biases import as_modifier
+        from .cache_base import _batch_msg
 
         if not isinstance(cache, (C.KVCache, C.CrossAttentionCache)):
             raise TypeError(f"cache must be an attnkit.cache object (DynamicCache, StaticCache, SlidingWindowCache, CrossAttentionCache), got {type(cache).__name__}")
@@ -218,7 +219,7 @@ class MultiHeadAttention(nn.Module):
         query, _, _ = self._inputs(query, None, None)
         B, L, _ = query.shape
         if cache.batch_size is not None and cache.batch_size != B:
-            raise ValueError(C._batch_msg(cache, cache.batch_size, B))
+            raise ValueError(_batch_msg(cache, cache.batch_size, B))
         valid = _new_token_validity(key_padding_mask, attention_mask, B, L, query.device)
         if L == 0:  # no new tokens: nothing to store or attend, an empty (B, 0, D) output
             held = 0 if not cache.initialized else int(cache.lengths.max())
@@ -288,7 +289,7 @@ class MultiHeadAttention(nn.Module):
         return (out if self.batch_first else out.transpose(0, 1)), res
 
     def _attention(self, q, k, v, mask, bias, need_weights, key_scores: bool = False) -> tuple[torch.Tensor, AttentionOutput]:
-        """The one attention call of every path (plain, cached, cross-cached), then the output projection."""
+        """The one attention call of every route (plain, cached, cross-cached), then the output projection."""
         res = attention(
             q, k, v, score=self.score, mask=mask, bias=bias,
             dropout_p=self.dropout if self.training else 0.0, backend=self.backend, return_weights=need_weights,

@@ -33,6 +33,7 @@ from ..core import masks as M
 from ..core.call import attention
 from ..core.checks import require_finite_scale, require_positive_int, require_tensor
 from ..core.scores import AdditiveScore, GeneralScore, Score
+from .memory_output import MemoryAttentionOutput
 
 
 class Seq2SeqAttention(nn.Module):
@@ -61,8 +62,9 @@ class Seq2SeqAttention(nn.Module):
 
     def forward(
         self, query: torch.Tensor, memory: torch.Tensor, valid: torch.Tensor | None = None, keys: torch.Tensor | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Returns ``(context, weights)``: context like ``query``, weights (B, [T,] S).
+    ) -> MemoryAttentionOutput:
+        """Returns ``(context, weights)`` (a :class:`~attnkit.modules.memory_output.MemoryAttentionOutput`):
+        context like ``query``, weights (B, [T,] S).
         ``keys``: ``prepare(memory)`` computed once by a step-by-step decoder (default: here)."""
         require_tensor("query", query)
         require_tensor("memory", memory)
@@ -84,7 +86,7 @@ class Seq2SeqAttention(nn.Module):
         # (B, 1, ·, ·): one head
         res = attention(q[:, None], keys[:, None], memory[:, None], score=score, mask=mask, scale=self.scale, backend=self.backend, return_weights=True)
         ctx, w = res.out[:, 0], res.weights[:, 0]  # (B, T, D), (B, T, S)
-        return (ctx[:, 0], w[:, 0]) if one_step else (ctx, w)
+        return MemoryAttentionOutput(ctx[:, 0], w[:, 0]) if one_step else MemoryAttentionOutput(ctx, w)
 
     @property
     def queries_before_recurrence(self) -> bool:

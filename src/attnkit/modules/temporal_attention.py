@@ -21,21 +21,18 @@ Ds state size, E attention size (after W_q / W_k).
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import torch
 from torch import nn
 
 from ..core.call import attention
 from ..core.checks import require_ndim, require_positive_int, require_tensor
 from ..core.scores import AdditiveScore, GeneralScore, Score, as_score
+from .memory_output import MemoryAttentionOutput
 
 SCORE_NAMES = ("dot", "scaled_dot", "cosine", "general", "additive")
 
 
-class TemporalAttentionOutput(NamedTuple):
-    context: torch.Tensor  # (B, L, Ds)
-    weights: torch.Tensor  # (B, L, S), rows sum to 1 over the valid past steps
+TemporalAttentionOutput = MemoryAttentionOutput  # context (B, L, Ds), weights (B, L, S): the shared type, by its older name
 
 
 def make_score(score: str | Score | None, attn_dim: int) -> Score:
@@ -85,7 +82,7 @@ class TemporalAttention(nn.Module):
 
     def forward(
         self, query: torch.Tensor, states: torch.Tensor, valid: torch.Tensor | None = None
-    ) -> TemporalAttentionOutput:
+    ) -> MemoryAttentionOutput:
         """query (B, L, Dq) or (B, Dq); states (B, S, Ds); valid (B, S) bool, True = a real past step.
 
         A query given as (B, Dq) (one decoder step) returns context (B, Ds) and weights (B, S).
@@ -120,8 +117,8 @@ class TemporalAttention(nn.Module):
         res = attention(q, k, v, score=self.score, mask=mask, backend=self.backend, return_weights=True)
         context, weights = res.out.squeeze(1), res.weights.squeeze(1)  # (B, L, Ds), (B, L, S)
         if single:
-            return TemporalAttentionOutput(context.squeeze(1), weights.squeeze(1))
-        return TemporalAttentionOutput(context, weights)
+            return MemoryAttentionOutput(context.squeeze(1), weights.squeeze(1))
+        return MemoryAttentionOutput(context, weights)
 
     def extra_repr(self) -> str:
         return f"query_dim={self.query_dim}, state_dim={self.state_dim}, attn_dim={self.attn_dim}, score={self.score.name}"

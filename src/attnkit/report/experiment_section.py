@@ -137,7 +137,7 @@ def _threads_for_busy_machine() -> int | None:
     """1 when other processes keep the cores busy (load average above half the cores), else None (torch's setting).
 
     Why: these experiments' models are small; with two cores shared by other jobs, two spinning OpenMP
-    threads made their steps 10-50× slower (the forecast and misconception experiments measured it).
+    threads made their steps many times slower than one thread (the forecast and misconception runs showed it).
     """
     try:
         load = os.getloadavg()[0]

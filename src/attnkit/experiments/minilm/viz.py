@@ -239,7 +239,7 @@ def _focus_figure(attentions: list, tokens: list[str], fi: int, path: Path, dpi:
 
 
 def _diagnostics_markdown(text: str, tokens: list[str], summary, rows: list[dict], focus_info: dict | None) -> str:
-    md = [f"# attnkit viz: all-MiniLM-L6-v2\n", f"Text: {text!r}\n", f"Tokens ({len(tokens)}): {' '.join(tokens)}\n",
+    md = ["# attnkit viz: all-MiniLM-L6-v2\n", f"Text: {text!r}\n", f"Tokens ({len(tokens)}): {' '.join(tokens)}\n",
           "Label counts: " + ", ".join(f"{k} {v}" for k, v in summary.counts().items()) + "\n", _NOTE]
     md.append(_markdown_table(rows))
     if focus_info:

@@ -12,7 +12,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 JSON = ROOT / "benchmarks" / "results" / "mla_decode.json"
-README = ROOT / "README.md"
+README = ROOT / "docs" / "performance.md"
 
 pytestmark = pytest.mark.skipif(not (JSON.is_file() and README.is_file()), reason="needs a source checkout")
 

@@ -1,9 +1,9 @@
-"""The README's performance table is rebuilt from the committed benchmark JSON and must match it.
+"""docs/performance.md's one-thread backend table is rebuilt from the committed benchmark JSON and must match it.
 
 The table under "Measured on this 2-core CPU" (``| call | SDPA | blockwise |``) is derived from
 ``benchmarks/results/attention.json``: medians and peak memory above the inputs of SDPA and
 blockwise on the same calls. A re-run of the benchmark that changes a number, or a hand edit of the
-README, makes this test fail until the two agree again.
+page, makes this test fail until the two agree again.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results" / "attention.json"
 HEADER = "| call | SDPA | blockwise |"
 
-# README row label -> (tag, mask, bias, dtype) of its rows in attention.json
+# row label -> (tag, mask, bias, dtype) of its rows in attention.json
 FORWARD_ROWS = {
     "sliding window 256, n=16k, fp32": ("window16k", "sliding256", "none", "float32"),
     "ALiBi, n=8k, fp32": ("bias8k", "none", "alibi", "float32"),
@@ -54,10 +54,13 @@ def expected_table(data: dict) -> list[str]:
     return lines
 
 
-def readme_table(text: str) -> list[str]:
+PAGE = ROOT / "docs" / "performance.md"
+
+
+def page_table(text: str) -> list[str]:
     lines = text.splitlines()
     if HEADER not in lines:
-        raise AssertionError(f"README.md has no line {HEADER!r}; the performance table moved or was renamed")
+        raise AssertionError(f"docs/performance.md has no line {HEADER!r}; the performance table moved or was renamed")
     i = lines.index(HEADER)
     j = i
     while j < len(lines) and lines[j].startswith("|"):
@@ -65,9 +68,9 @@ def readme_table(text: str) -> list[str]:
     return lines[i:j]
 
 
-def test_readme_performance_table_matches_the_committed_json():
+def test_the_performance_table_matches_the_committed_json():
     data = json.loads(RESULTS.read_text())
-    assert readme_table((ROOT / "README.md").read_text()) == expected_table(data)
+    assert page_table(PAGE.read_text(encoding="utf-8")) == expected_table(data)
 
 
 def test_the_check_fails_when_a_number_differs():
@@ -75,4 +78,4 @@ def test_the_check_fails_when_a_number_differs():
     row = _row(data["rows"], "blockwise", *FORWARD_ROWS["sliding window 256, n=16k, fp32"])
     row["median_ms"] *= 1.5  # a re-run that changed the time
     with pytest.raises(AssertionError):
-        assert readme_table((ROOT / "README.md").read_text()) == expected_table(data)
+        assert page_table(PAGE.read_text(encoding="utf-8")) == expected_table(data)
