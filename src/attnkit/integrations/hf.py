@@ -248,4 +248,3 @@ def register(name: str = DEFAULT_NAME, backend: str = "auto") -> str:
     if AttentionMaskInterface is not None:
         AttentionMaskInterface.register(name, sdpa_mask)
     return name
-from .hf_sink_cache import SinkCache  # noqa: E402  (StreamingLLM's cache as a transformers Cache)

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import json
 import threading
-from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from pathlib import Path

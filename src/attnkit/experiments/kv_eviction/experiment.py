@@ -23,7 +23,6 @@ import statistics
 import time
 from pathlib import Path
 
-import torch
 
 from ...page.figures import draw_both
 from ..lab.context import RunContext
