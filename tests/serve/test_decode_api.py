@@ -81,7 +81,9 @@ def test_kept_positions_protocol():
     assert kept_positions(C.make_cache("dynamic"), 0) == []
 
 
-KNOWN_KWARGS = {"static": {"max_len": 64}, "sliding": {"window": 8}}  # kinds merged later: add their arguments here
+KNOWN_KWARGS = {"static": {"max_len": 64}, "sliding": {"window": 8}, "sink": {"sinks": 2, "window": 6},
+                "h2o": {"budget": 8, "recent": 4}, "snapkv": {"budget": 8, "window": 4, "kernel": 3},
+                "quantized": {"bits": 4, "group": 8, "residual": 4}}  # a kind added later: its arguments here
 
 
 def test_every_registered_self_attention_kind_decodes(post):
@@ -137,3 +139,12 @@ def test_bad_decode_bodies(post, body, needle):
     assert status == 400 and needle in r["error"], r
     status, r = post("/api/decode", {"prompt": "x" * 201})
     assert status == 413 and "the limit is 200" in r["error"]
+
+
+def test_eviction_kinds_report_what_they_keep(post):
+    """A sink cache keeps its first tokens and the recent window: the page draws exactly these."""
+    status, r = post("/api/decode", {"prompt": PROMPT, "steps": 4, "cache": {"kind": "sink", "sinks": 2, "window": 6}})
+    assert status == 200, r
+    for step in r["steps"][1:]:  # the prompt arrives as one chunk and is cut to the budget at the next write
+        kept = step["kept_positions"]
+        assert len(kept) <= 2 + 6 + 1 and kept[:2] == [0, 1] and kept[2] > 2, kept  # sinks, then a recent window

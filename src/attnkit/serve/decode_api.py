@@ -54,6 +54,8 @@ def kept_positions(cache, t: int) -> list[int]:
         if isinstance(got, torch.Tensor):
             got = got[0] if got.dim() == 2 else got
             got = got.tolist()
+        if got and isinstance(got[0], (list, tuple)):  # a batched cache's rows (attnkit's eviction caches): row 0
+            got = got[0]
         return sorted(int(p) for p in got)
     if isinstance(cache, KVCache) and cache.initialized:
         # the base class's position table: slot s of row 0 holds position _pos[0, s]; a ring has
