@@ -61,6 +61,7 @@ from ..core import masks as M
 from ..core.call import attention
 from . import hf_packed, hf_weights
 from .hf_layers import from_hf_attention  # noqa: F401  (one layer out of a model, as an attnkit module)
+from .hf_sink_cache import SinkCache  # noqa: F401  (StreamingLLM's cache as a transformers Cache)
 
 DEFAULT_NAME = "attnkit"
 

@@ -134,7 +134,8 @@ def so_what(lang: str, text: str) -> str:
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
 h1{font-size:1.6em} h2{border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:2em}
-table{border-collapse:collapse;margin:1em 0;font-size:.9em;max-width:100%} td,th{border:1px solid #ccc;padding:.3em .6em;text-align:left;vertical-align:top;overflow-wrap:break-word}
+/* a table whose cells hold unbreakable strings (a model's degenerate output) scrolls inside its own box, not the page */
+table{border-collapse:collapse;margin:1em 0;font-size:.9em;max-width:100%;display:block;overflow-x:auto} td,th{border:1px solid #ccc;padding:.3em .6em;text-align:left;vertical-align:top;overflow-wrap:break-word}
 th{background:#f4f4f4} code,pre{background:#f6f6f6;padding:.1em .3em} pre{padding:.8em;overflow:auto}
 .note{color:#555;font-size:.9em} .fail{color:#b00} .ok{color:#070} nav a{margin-right:1em;display:inline-block}
 .q{background:#eef5fb;border-left:4px solid #1f77b4;padding:.4em .8em;margin:.6em 0}

@@ -103,7 +103,10 @@ def published_html(lang: str) -> str:
 
 
 def render_run(r, run_dir: Path, lang: str) -> str:
-    parts = [f"<p>{esc(' '.join(outcome_sentences(r, lang)))}</p>", results_table(r, lang), f"<p class='note'>{esc(_tr(lang, *RULE))}</p>",
+    # the table folds (the page's main flow keeps ten tables); the sentences above it carry its reading
+    parts = [f"<p>{esc(' '.join(outcome_sentences(r, lang)))}</p>",
+             details(_tr(lang, "the numbers: mAP, parameters, FLOPs per variant", "数字：各变体的 mAP、参数量与 FLOPs"), results_table(r, lang)),
+             f"<p class='note'>{esc(_tr(lang, *RULE))}</p>",
              so_what(lang, esc(honest_sentence(r, lang)))]
     alts = {"map_vs_cost.png": ("mAP against cost", "mAP 与开销"), "boxes.png": ("predicted boxes, plain vs MHSA", "预测框：普通与 MHSA"),
             "mhsa_attention.png": ("where the inserted MHSA looks", "插入的 MHSA 在看哪里")}

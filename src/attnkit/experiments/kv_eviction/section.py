@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ...page.html import details, figure, so_what, table
+from ...page.html import details, esc, figure, so_what, table
 from ...page.i18n import tr
+from ..lab.committed import describe_run
 from .plots import ORDER, name
 
 #: Xiao et al. 2023, https://arxiv.org/abs/2309.17453, Table 1: Llama-2-13B, perplexity on the first
@@ -92,9 +93,10 @@ def _reading(r: dict, lang: str) -> str:
 
 
 def _published(lang: str) -> str:
-    return "<p>" + tr(lang, "The paper's numbers (theirs, not ours): ", "论文中的数字（他们的测量，不是我们的）：") + PUBLISHED["source"] + "</p>" + table(
-        [tr(lang, "cache (initial + recent)", "缓存（开头 + 最近）"), tr(lang, "perplexity", "困惑度")],
-        [[f"{c} ({tr(lang, en, zh)})", f"{p:.2f}"] for c, en, zh, p in PUBLISHED["rows"]])
+    return "<p>" + tr(lang, "The paper's numbers (theirs, not ours): ", "论文中的数字（他们的测量，不是我们的）：") + PUBLISHED["source"] + "</p>" + details(
+        tr(lang, "StreamingLLM's table", "StreamingLLM 的表格"), table(
+            [tr(lang, "cache (initial + recent)", "缓存（开头 + 最近）"), tr(lang, "perplexity", "困惑度")],
+            [[f"{c} ({tr(lang, en, zh)})", f"{p:.2f}"] for c, en, zh, p in PUBLISHED["rows"]]))
 
 
 def _figures(r, lang: str) -> str:
@@ -113,7 +115,9 @@ def _body(r, lang: str) -> str:
     head = [tr(lang, "policy", "策略"), tr(lang, "budget", "预算"), tr(lang, "max tokens kept", "最多保留词元"),
             tr(lang, "KiB at the end (1 stream)", "结束时 KiB（单条流）"), tr(lang, "perplexity, last bin (mean ± std)", "最后区间困惑度（均值 ± 标准差）"),
             tr(lang, "eval s", "评估秒数")]
-    return _reading(r, lang) + _figures(r, lang) + table(head, trade_rows(r, lang)) + "<p class='note'>" + tr(
+    # the table folds (the page's main flow keeps ten tables); the reading above it says what it shows
+    return _reading(r, lang) + _figures(r, lang) + details(tr(lang, "the numbers: memory and perplexity per policy", "数字：各策略的内存与困惑度"),
+                                                           table(head, trade_rows(r, lang))) + "<p class='note'>" + tr(
         lang, "KiB: keys and values of all layers in float32, the quantized ones at their packed size (codes, float16 scales and zeros). "
               "The recomputed window holds no cache between steps; its row shows the window it re-reads.",
         "KiB：全部层的键和值，按 float32 计；量化的按打包后的大小（码、float16 缩放与零点）。窗口重算在步与步之间不保留缓存；其行显示每步重读的窗口大小。") + "</p>"
@@ -123,7 +127,9 @@ def render(results, lang: str, full_results=None) -> str:
     """The section's HTML from a run's ``results`` (and the committed runs, when handed in)."""
     runs = list((full_results or {}).values())
     main = max(runs, key=lambda x: x.get("n_seeds", 0)) if runs else results
-    html = _body(main, lang)
+    # name every committed run (its file, preset, seeds, time), so a reader can open the numbers
+    html = "".join(f"<p class='note'>{esc(describe_run(n, run, lang))}.</p>" for n, run in (full_results or {}).items())
+    html += _body(main, lang)
     if runs:
         html += details(tr(lang, "this report's own run", "本报告自己的运行"), _body(results, lang))
     html += _published(lang)
