@@ -13,8 +13,8 @@ import torch.nn.functional as F
 
 import attnkit
 from attnkit import masks as M
-from attnkit.backends.blockwise import fused_band, fused_gate
-from attnkit.backends.blockwise.fused_function import route_of
+from attnkit.backends.blockwise.kernel import band as fused_band, gate as fused_gate
+from _routes import route_of
 from attnkit.core.call import make_call
 
 pytestmark = pytest.mark.skipif(not fused_gate.available(torch.float32), reason="fused CPU kernel not available")

@@ -16,7 +16,7 @@ import torch
 import attnkit
 from attnkit import masks as M
 from attnkit.backends.blockwise import blockwise_attention
-from attnkit.backends.blockwise import fused_gate
+from attnkit.backends.blockwise.kernel import gate as fused_gate
 from attnkit.core.call import make_call
 
 MASKS = {

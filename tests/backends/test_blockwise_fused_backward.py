@@ -21,10 +21,11 @@ import torch
 
 import attnkit
 from attnkit import masks as M
-from attnkit.backends.blockwise import blockwise_attention, fused_gate, fused_grad
-from attnkit.backends.blockwise.fused_band_grad import band_grads
-from attnkit.backends.blockwise.fused_causal_grad import causal_grads
-from attnkit.backends.blockwise.fused_function import route_of
+from attnkit.backends.blockwise import blockwise_attention
+from attnkit.backends.blockwise.kernel import gate as fused_gate, lse_grads as fused_grad
+from attnkit.backends.blockwise.kernel.band_grad import band_grads
+from attnkit.backends.blockwise.kernel.causal_grad import causal_grads
+from _routes import route_of
 from attnkit.core.call import make_call
 
 CASES = {  # mask, (B, H, Hkv, L, S, E), the route the call must take
@@ -122,7 +123,7 @@ def test_neither_the_tile_loop_nor_the_private_backward_op_runs(monkeypatch, cas
         raise AssertionError("the backward of this route must not call this")
 
     fused_gate.available(dtype)  # the self-test (which calls the backward op) before the patch
-    monkeypatch.setattr(fused_grad, "_backward", refuse)
+    monkeypatch.setattr(fused_grad, "loop_backward", refuse)
     monkeypatch.setattr(fused_gate, "backward_op", refuse)
     mask, shape, path = CASES[case]
     q, k, v, dout = _inputs(shape, 1.0, dtype=dtype)

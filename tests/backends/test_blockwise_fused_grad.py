@@ -19,7 +19,7 @@ import torch
 import attnkit
 from attnkit import masks as M
 from attnkit.backends.blockwise import blockwise_attention
-from attnkit.backends.blockwise import function as bw_function
+from attnkit.backends.blockwise.loop import function as bw_function
 from attnkit.core.call import make_call
 
 MASKS = {
@@ -79,8 +79,8 @@ def test_float32_gradients_within_twice_the_reference_error(name, magnitude):
 @pytest.mark.parametrize("name", ["causal", "window", "chunked"])
 def test_the_backward_does_not_rerun_the_forward(monkeypatch, name, dtype):
     calls = []
-    real = bw_function._forward
-    monkeypatch.setattr(bw_function, "_forward", lambda *a: calls.append(1) or real(*a))
+    real = bw_function.loop_forward
+    monkeypatch.setattr(bw_function, "loop_forward", lambda *a: calls.append(1) or real(*a))
     q, k, v, dout = (t.to(dtype) for t in _inputs(name, 1.0))
     res, grads = _grads(q, k, v, dout, MASKS[name], "blockwise")
     assert "fused kernel" in res.report.reason

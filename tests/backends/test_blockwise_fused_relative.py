@@ -18,10 +18,10 @@ import attnkit
 from _fused_bias_cases import errors, inputs, mask_of
 from attnkit import biases
 from attnkit import masks as M
-from attnkit.backends.blockwise import fused_custom, fused_relative
+from attnkit.backends.blockwise.routes import custom as fused_custom, relative as fused_relative
 
-RELATIVE = fused_relative.PATH_NAME
-CUSTOM = fused_custom.PATH_NAME  # every other additive bias
+RELATIVE = fused_relative.RELATIVE.name
+CUSTOM = fused_custom.CUSTOM.name  # every other additive bias
 
 
 @pytest.fixture(autouse=True)

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 import attnkit
-from attnkit.backends.blockwise import fused_gate, segment_masks as SM
-from attnkit.backends.blockwise.fused_function import route_of
+from attnkit.backends.blockwise.kernel import gate as fused_gate, segment_masks as SM
+from _routes import route_of
 from attnkit.core.call import make_call
 
 pytestmark = pytest.mark.skipif(not fused_gate.available(torch.float32), reason="fused CPU kernel not available")

@@ -14,11 +14,11 @@ import attnkit
 from attnkit import biases
 from attnkit import masks as M
 from attnkit.backends import blockwise
-from attnkit.backends.blockwise import cost as bw_cost
-from attnkit.backends.blockwise import route_cache
-from attnkit.backends.blockwise.fused_function import route_of
-from attnkit.backends.blockwise.fused_relative import PATH_NAME as RELATIVE_PATH, relative_route_of
-from attnkit.backends.blockwise.fused_tiles import segments_of
+from attnkit.backends.blockwise.kernel import segments_cache as route_cache
+from _routes import route_of
+from attnkit.backends.blockwise.routes import base as route_base
+from attnkit.backends.blockwise.routes.relative import RELATIVE
+from attnkit.backends.blockwise.kernel.tiles import segments_of
 from attnkit.core.call import make_call
 from attnkit.core.dispatch import choose
 
@@ -26,16 +26,16 @@ from attnkit.core.dispatch import choose
 @pytest.fixture(autouse=True)
 def empty_cache():
     route_cache.clear_cache()
-    bw_cost._ESTIMATES.clear()
+    route_base._ESTIMATES.clear()
     yield
     route_cache.clear_cache()
-    bw_cost._ESTIMATES.clear()
+    route_base._ESTIMATES.clear()
 
 
 def _uncached(mp):
     """Inside ``mp`` (a monkeypatch context): no route or estimate is cached or served from a cache."""
     mp.setattr(route_cache, "mask_key", lambda m: (None, None))
-    mp.setattr(bw_cost, "ESTIMATE_ENTRIES", 0)
+    mp.setattr(route_base, "ESTIMATE_ENTRIES", 0)
 
 
 def _qkv(B=1, H=2, L=512, S=512, E=16, seed=0):
@@ -104,12 +104,12 @@ def test_the_cache_is_bounded(monkeypatch):
 
 
 def test_the_estimate_cache_is_bounded(monkeypatch):
-    monkeypatch.setattr(bw_cost, "ESTIMATE_ENTRIES", 3)
+    monkeypatch.setattr(route_base, "ESTIMATE_ENTRIES", 3)
     for L in range(1, 9):
         q, k, v = _qkv(L=L, S=40)
         for mask in (M.causal(), M.sliding_window(5, 0), M.document(torch.zeros(40, dtype=torch.long), torch.zeros(L, dtype=torch.long))):
             blockwise.estimate(make_call(q, k, v, mask=mask))
-            assert len(bw_cost._ESTIMATES) <= 3
+            assert len(route_base._ESTIMATES) <= 3
 
 
 def _random_mask(rng: random.Random, B: int, L: int, S: int):
@@ -159,6 +159,11 @@ def test_cached_routes_and_choices_equal_uncached(seed, monkeypatch):
         assert (backend.name, report.reason, report.rejected, report.estimates) == cold
 
 
+def _relative_plan(call):
+    """The relative route's plan for ``call``, or None when that route does not serve it."""
+    return RELATIVE.plan(call) if RELATIVE.applies(call) else None
+
+
 @pytest.mark.parametrize("mask", [None, "causal", "window", "padding"])
 @pytest.mark.parametrize("bias", ["alibi", "t5"])
 def test_relative_bias_route_has_its_own_estimate(mask, bias):
@@ -166,19 +171,19 @@ def test_relative_bias_route_has_its_own_estimate(mask, bias):
     m = {None: None, "causal": M.causal(), "window": M.sliding_window(40, 0), "padding": M.padding_mask([250], 300)}[mask]
     b = biases.ALiBi(2) if bias == "alibi" else biases.T5RelativeBias(2, bidirectional=True)
     call = make_call(q, k, v, mask=m, bias=b)
-    relative = route_of(call) is None and relative_route_of(call) is not None
+    relative = route_of(call) is None and _relative_plan(call) is not None
     est = blockwise.estimate(call)
-    assert (est["path"] == RELATIVE_PATH) == relative
+    assert (est["path"] == RELATIVE.name) == relative
     assert relative == (mask != "padding")  # padding is not a function of key - query: tile loop
 
 
 def test_auto_names_the_relative_route_it_picks():
     q, k, v = _qkv(L=512, S=512, H=8, E=64)
     call = make_call(q, k, v, bias=biases.ALiBi(8), mask=M.causal())
-    if relative_route_of(call) is None:
+    if _relative_plan(call) is None:
         pytest.skip("the fused kernel is not available for float32 on this torch")
     out = attnkit.attention(q, k, v, bias=biases.ALiBi(8), mask=M.causal())
     # SDPA would build the dense (1, H, L, S) bias every call: the relative route is estimated ~3x faster
     assert out.report.backend == "blockwise"
     chosen, ran = out.report.reason.split("; ran: ")
-    assert RELATIVE_PATH in chosen and ran == RELATIVE_PATH  # the estimate named the route that ran
+    assert RELATIVE.name in chosen and ran == RELATIVE.name  # the estimate named the route that ran

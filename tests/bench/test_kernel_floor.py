@@ -36,8 +36,8 @@ def _qkv(n, dtype=torch.float32):
 
 def test_the_recorder_counts_the_custom_routes_kernel_calls(floor):
     """A custom bias on the per-chunk route: one kernel call per query block and key chunk."""
-    from attnkit.backends.blockwise.fused_custom import chunk_keys
-    from attnkit.backends.blockwise.fused_tiles import BLOCK
+    from attnkit.backends.blockwise.routes.custom import chunk_keys
+    from attnkit.backends.blockwise.kernel.tiles import BLOCK
 
     n = BLOCK * 2 + 40  # three query blocks
     q, k, v = _qkv(n)

@@ -109,7 +109,7 @@ def test_the_traced_tile_map_is_rebuilt_from_the_cache_key(mask):
     """Under torch.compile the blockwise tile map comes from the mask's cache_key (a mask built in
     the graph has no readable attributes): the same map as eager for every built-in structural
     mask, every tile evaluated (PARTIAL, always correct) for a data mask, which has no key."""
-    from attnkit.backends.blockwise import _tile_codes, _tile_codes_of_key
+    from attnkit.backends.blockwise.loop.run import tile_codes as _tile_codes, tile_codes_of_key as _tile_codes_of_key
     from attnkit.core.tiles import PARTIAL
 
     L, S, bq, bk = 7, 9, 2, 4

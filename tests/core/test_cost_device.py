@@ -19,7 +19,7 @@ import torch
 from attnkit import masks as M
 from attnkit.backends import sdpa
 from attnkit.backends.blockwise import cost as bw_cost
-from attnkit.backends.blockwise import fused_gate
+from attnkit.backends.blockwise.kernel import gate as fused_gate
 from attnkit.core import cost
 from attnkit.core.call import make_call
 from _flex_cases import case_call, rank_backends, speed_rows

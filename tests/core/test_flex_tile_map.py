@@ -12,8 +12,8 @@ import torch
 
 import attnkit
 from attnkit import masks as M
-from attnkit.backends.blockwise.fused_function import route_of
-from attnkit.backends.blockwise.fused_tiles import segments_of
+from _routes import route_of
+from attnkit.backends.blockwise.kernel.tiles import segments_of
 from attnkit.core import tile_map as TM
 from attnkit.core.call import make_call
 from attnkit.core.tiles import EMPTY, FULL, PARTIAL, TileGrid, kept_fraction
@@ -125,7 +125,7 @@ def test_computed_once_per_shape_and_reused(monkeypatch):
     for _ in range(3):  # three "layers"
         attnkit.attention(q, q, q, mask=mask)
     # reused from the tile-map cache, or one level up from the fused route's cache of its segments
-    from attnkit.backends.blockwise import route_cache
+    from attnkit.backends.blockwise.kernel import segments_cache as route_cache
 
     assert TM.cache_info()["hits"] + route_cache.cache_info()["hits"] >= 2
     full_grid_calls = sum(1 for n in rows if n == 512)  # the tile map evaluates all 512 rows in one chunk

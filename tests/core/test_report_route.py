@@ -9,7 +9,7 @@ import torch
 
 import attnkit
 from attnkit import masks as M
-from attnkit.backends.blockwise import fused_gate
+from attnkit.backends.blockwise.kernel import gate as fused_gate
 from attnkit.backends.nonfinite import EXACT_ROUTE
 
 

@@ -18,7 +18,7 @@ import torch
 import attnkit
 from _core_cases import exact_backends, max_err
 from attnkit import masks as M
-from attnkit.backends.blockwise.fused_function import route_of
+from _routes import route_of
 from attnkit.core import registry
 from attnkit.core.call import make_call
 

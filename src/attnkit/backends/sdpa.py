@@ -22,7 +22,7 @@ the lse keep the public function, which broadcasts kv heads without a copy.
 Two guards run before the kernel, both O(n) (benchmarks/results/reliability_cost.json):
 
 * layout: CPU's fused op reads the head dim of q, k, v as unit-stride without checking, so a last
-  dim that is sliced, transposed in storage or broadcast is copied first (:func:`kernel_layout`);
+  dim that is sliced, transposed in storage or broadcast is copied first (:func:`.blockwise.kernel.layout.kernel_layout`, the check the blockwise routes share);
   any other strides (permuted or broadcast batch, head and sequence dims) are read as they are;
 * NaN/inf: a sum of q, k and v (:mod:`.nonfinite`); when an input holds a NaN or inf that some
   query may see, the call gets the reference's result instead (the fused op returns 0, not NaN,
@@ -47,6 +47,7 @@ from ..core.masks import CausalMask
 from ..core.output import BackendResult, materialized
 from ..core.tiles import kept_fraction
 from . import sdpa_flash, sdpa_mask_cache, sdpa_plan
+from .blockwise.kernel.layout import kernel_layout
 from .nonfinite import needs_exact, run_exact
 
 
@@ -87,33 +88,6 @@ def _uses_is_causal(call: AttentionCall) -> bool:
 
 
 _HALF = (torch.float16, torch.bfloat16)
-
-
-def kernel_layout(t: torch.Tensor) -> torch.Tensor:
-    """``t`` itself, or a contiguous copy where CPU's fused op would misread it.
-
-    ``_scaled_dot_product_flash_attention_for_cpu`` reads batch, head and sequence through their
-    strides (any value: 0 from ``expand``, permuted, overlapping) but walks the head dim as if its
-    stride were 1, with no check: the public ``scaled_dot_product_attention`` checks
-    ``stride(-1) == 1`` before choosing it, the private op does not. So a last dim that is sliced
-    (``x[..., ::2]``), transposed in storage (``x.transpose(-1, -2)``) or expanded is copied; a
-    size-1 head dim has no stride to get wrong. The op reads its ``attn_mask`` correctly whatever
-    its strides (a transposed dense bias: tests/core/test_layouts.py), so that is not copied."""
-    if (t.shape[-1] == 1 or t.stride(-1) == 1) and not _odd_unit_strides(t):
-        return t
-    return t.clone(memory_format=torch.contiguous_format)
-
-
-def _odd_unit_strides(t: torch.Tensor) -> bool:
-    """A size-1 dim whose stride is not the row-major one (an expanded or channels-last view of a
-    tensor with size-1 dims): ``is_contiguous()`` ignores those strides, the fused op does not
-    (k, v of shape (1, 1, 1, E) laid out that way gave outputs off by 1e10, seen with torch 2.13)."""
-    acc = 1
-    for n, st in zip(reversed(t.shape), reversed(t.stride())):
-        if n == 1 and st != acc:
-            return True
-        acc *= n
-    return False
 
 
 def work_dtype(call: AttentionCall) -> torch.dtype:

@@ -20,9 +20,10 @@ import pytest
 import torch
 
 from attnkit import masks as M
-from attnkit.backends.blockwise import blockwise_attention, fused_band_windows
-from attnkit.backends.blockwise.fused_band_grad import band_grads, backward_band
-from attnkit.backends.blockwise.fused_function import route_of
+from attnkit.backends.blockwise import blockwise_attention
+from attnkit.backends.blockwise.kernel import band_windows as fused_band_windows
+from attnkit.backends.blockwise.kernel.band_grad import band_grads, backward_band
+from _routes import route_of
 from attnkit.core.call import make_call
 
 from _grad_oracle import grad_inputs, grads_of, max_err, oracle
@@ -116,7 +117,7 @@ def test_padded_and_unpadded_windows_give_the_same_gradients(monkeypatch, case):
     assert backward_band(route.band, k, v).pad > 0
     _, lse = route.forward(q, k, v)
     padded = band_grads(dout, q, k, v, lse, dlse, mask, route.band, route.scale, (True, True, True))
-    monkeypatch.setattr("attnkit.backends.blockwise.fused_band_grad.pad_keys_finite", lambda *a: False)
+    monkeypatch.setattr("attnkit.backends.blockwise.kernel.band_grad.pad_keys_finite", lambda *a: False)
     plain = band_grads(dout, q, k, v, lse, dlse, mask, route.band, route.scale, (True, True, True))
     truth = grads_of(lambda *t: oracle(*t, mask), q, k, v, dout, dlse, torch.float64)
     for a, b, t in zip(padded, plain, truth):

@@ -18,10 +18,12 @@ import attnkit
 from _fused_bias_cases import errors, inputs, mask_of
 from attnkit import biases
 from attnkit import masks as M
-from attnkit.backends.blockwise import estimate as blockwise_estimate, fused_custom, fused_gate
+from attnkit.backends.blockwise import estimate as blockwise_estimate
+from attnkit.backends.blockwise.kernel import gate as fused_gate
+from attnkit.backends.blockwise.routes import custom as fused_custom
 from attnkit.core.call import make_call
 
-ROUTE = fused_custom.PATH_NAME
+ROUTE = fused_custom.CUSTOM.name
 TILE_LOOP = "Python tile loop"
 
 

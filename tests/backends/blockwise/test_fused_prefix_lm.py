@@ -19,13 +19,14 @@ import torch
 import attnkit
 from attnkit import masks as M
 from attnkit.backends.blockwise import blockwise_attention
-from attnkit.backends.blockwise.fused_causal import dense_forward
-from attnkit.backends.blockwise.fused_function import PATH_NAMES, route_of
+from attnkit.backends.blockwise.kernel.causal import dense_forward
+from attnkit.backends.blockwise.routes.prefix_lm import PREFIX_LM
 from attnkit.core.call import make_call
 
 from _grad_oracle import grad_inputs, grads_of, max_err, oracle
+from _routes import route_of
 
-ROUTE = PATH_NAMES["prefix_lm"]
+ROUTE = PREFIX_LM.name
 
 
 def _blockwise(mask):
@@ -121,12 +122,10 @@ def test_a_prefix_per_batch_row_keeps_the_tile_route():
 
 
 def test_the_cost_model_estimates_the_route_below_the_tile_route():
-    from attnkit.backends.blockwise.cost import _fused_estimate_of
-    from attnkit.backends.blockwise.fused_function import FusedRoute
-    from attnkit.backends.blockwise.route_cache import cached_segments
+    from attnkit.backends.blockwise.routes.tiles import TILES
 
     q, k, v, *_ = grad_inputs((1, 8, 8, 4096, 4096, 64))
     call = make_call(q, k, v, mask=M.prefix_lm(1024))
-    mine = _fused_estimate_of(call, route_of(call))
-    tiles = _fused_estimate_of(call, FusedRoute("tiles", call.scale, call.mask, segments=cached_segments(call.mask, 4096, 4096)))
+    mine = PREFIX_LM.estimate(call)
+    tiles = TILES.estimate(call)  # the route the mask took before it had its own
     assert mine["path"] == ROUTE and 0 < mine["time_s"] < tiles["time_s"]

@@ -14,8 +14,9 @@ import pytest
 import torch
 
 from attnkit import masks as M
-from attnkit.backends.blockwise import blockwise_attention, fused_tiles_grad
-from attnkit.backends.blockwise.fused_function import route_of
+from attnkit.backends.blockwise import blockwise_attention
+from attnkit.backends.blockwise.kernel import tiles_grad as fused_tiles_grad
+from _routes import route_of
 from attnkit.core.call import make_call
 
 from _grad_oracle import grad_inputs, grads_of, max_err, oracle
@@ -53,7 +54,7 @@ def _spy(monkeypatch):
         res = real(*a, **kw)
         served.append(res is not None)
         return res
-    monkeypatch.setattr("attnkit.backends.blockwise.fused_function.span_grads", spy)
+    monkeypatch.setattr("attnkit.backends.blockwise.routes.tiles.span_grads", spy)
     return served
 
 

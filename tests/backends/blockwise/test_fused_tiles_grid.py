@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 import attnkit
 from attnkit import masks as M
-from attnkit.backends.blockwise import fused_tiles
-from attnkit.backends.blockwise.fused_tiles import BLOCK, FINE_BLOCK, _segments_on, _weighted, segments_of
+from attnkit.backends.blockwise.kernel import tiles as fused_tiles
+from attnkit.backends.blockwise.kernel.tiles import BLOCK, FINE_BLOCK, _segments_on, _weighted, segments_of
 
 from _grad_oracle import grad_inputs, grads_of, max_err, oracle
 

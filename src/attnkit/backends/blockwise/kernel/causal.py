@@ -9,9 +9,9 @@ bottom-right (the last query sits on the last key, as in decoding with a cache):
 * ``off == 0`` (L == S, or ``align="top_left"``): one ``is_causal`` call;
 * ``off > 0`` (L < S, a cached prefix): every query sees the first ``off`` keys (one unmasked call,
   the *prefix*) and, among the last L keys, the causal square (one ``is_causal`` call); the two
-  partial results are merged by log-sum-exp (:func:`.fused_merge.merge_into`), ``rows`` query rows
+  partial results are merged by log-sum-exp (:func:`.merge.merge_into`), ``rows`` query rows
   at a time so the float32 temporaries stay small. In float32 a row's parts are computed relative
-  to a row shift where their lse is large (:mod:`.fused_merge`: above 16, the float32 lse's
+  to a row shift where their lse is large (:mod:`.merge`: above 16, the float32 lse's
   rounding would move the parts' relative weights): the square runs first, and where its lse is
   large it is the shift, passed to the prefix call as a (B, H, L, 1) float mask expanded over the
   keys, and the square runs again with it (one more square, about +14% for 2k queries after a 6k
@@ -20,10 +20,10 @@ bottom-right (the last query sits on the last key, as in decoding with a cache):
 * ``off < 0`` (L > S): the first ``-off`` queries see no key (out 0, lse -inf) and the rest form
   the causal square against all S keys;
 * ``off > 0`` with ``L + off > S`` (not from a causal mask's alignment, but from the causal rows of
-  a prefix-LM, :mod:`.fused_prefix_lm`): the rows at key position S - 1 or later see every key
+  a prefix-LM, :mod:`..routes.prefix_lm`): the rows at key position S - 1 or later see every key
   (one unmasked call), the rows before them are the case above.
 
-The backward is :mod:`.fused_causal_grad`, from the global out and lse.
+The backward is :mod:`.causal_grad`, from the global out and lse.
 
 Half precision: the kernel computes scores, the running max and sum and the output accumulator in
 float32, but multiplies P by V with P rounded to the input dtype, exactly as SDPA on CPU does; the
@@ -36,8 +36,8 @@ from __future__ import annotations
 
 import torch
 
-from .fused_gate import forward_op
-from .fused_merge import merge_into, rows_to_shift
+from .gate import forward_op
+from .merge import merge_into, rows_to_shift
 
 __all__ = ["dense_forward", "join_rows"]
 

@@ -1,7 +1,7 @@
 r"""Whether the blockwise backend may use PyTorch's fused CPU flash-attention kernel.
 
 The kernel is ``torch.ops.aten._scaled_dot_product_flash_attention_for_cpu`` (forward, returns
-``(out, lse)``) and its ``_backward`` (gradients from a given out and lse). It is the kernel behind
+``(out, lse)``) and its ``loop_backward`` (gradients from a given out and lse). It is the kernel behind
 SDPA on CPU, but the ops are private: their signatures and conventions may change between torch
 releases without notice. So they are used only when
 

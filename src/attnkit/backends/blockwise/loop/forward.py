@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import torch
 
-from ...core import online_softmax
+from ....core import online_softmax
 from .leaks import dead_filter, drop_dead
-from .plan import _INF, _Plan, _q_tile, _Tiles, _tile_mask, _tile_order
+from .plan import INF, Plan, q_tile, Tiles, tile_mask, tile_order
 
-__all__ = ["_forward"]
+__all__ = ["loop_forward"]
 
 
-def _forward(plan: _Plan, qx, kx, v):
+def loop_forward(plan: Plan, qx, kx, v):
     """Online-softmax forward. qx (B, H, L, E) is q' (dot form) or q; returns out (B, H, L, Ev),
     lse (B, H, L), and the row statistics lse is made of, the running max m (B, H, L) (-inf on
     empty rows; in the tiles' units, ``plan.exp_scale``) and the sum ell (B, H, L) (0 on empty
@@ -34,7 +34,7 @@ def _forward(plan: _Plan, qx, kx, v):
     and each bias tile is evaluated once per diagonal instead of once per tile."""
     B, H, L, Hkv = plan.B, plan.H, plan.L, plan.Hkv
     Ev = v.shape[-1]
-    tiles = _Tiles(plan)
+    tiles = Tiles(plan)
     dev = v.device
     # per query block: running max, running sum (B, H, l, 1) and unnormalised output
     # (B, H, l, Ev), updated functionally (under torch.func.vmap a batched tile cannot be written
@@ -44,15 +44,15 @@ def _forward(plan: _Plan, qx, kx, v):
     bq, bk = plan.block_q, plan.block_kv
     reuse = tiles.toeplitz
     bias_key, bias_tile, q_key, qt = None, None, None, None
-    for qi, ki in _tile_order(plan, reuse):
+    for qi, ki in tile_order(plan, reuse):
         q0, q1 = qi * bq, min((qi + 1) * bq, L)
         k0, k1 = ki * bk, min((ki + 1) * bk, plan.S)
         l = q1 - q0
-        skip, allowed = _tile_mask(tiles, plan.code_rows[qi][ki], q0, q1, k0, k1, dev) if plan.mask is not None else (False, None)
+        skip, allowed = tile_mask(tiles, plan.code_rows[qi][ki], q0, q1, k0, k1, dev) if plan.mask is not None else (False, None)
         if skip:
             continue
         if q_key != qi:
-            qt, q_key = _q_tile(qx, plan, q0, q1), qi
+            qt, q_key = q_tile(qx, plan, q0, q1), qi
         kt, vt = kx[:, :, k0:k1], v[:, :, k0:k1]
         live = dead_filter(allowed, Hkv, dead_cache) if allowed is not None else None
         if live is not None:  # masked keys may hold NaN/inf: they must not reach p @ v (0 * NaN)
@@ -65,11 +65,11 @@ def _forward(plan: _Plan, qx, kx, v):
             b2 = bias_tile[..., :l, : k1 - k0]
         st = tiles.scores(qt, kt, q0, q1, k0, k1, bias=b2)  # (B, H, l, s)
         if allowed is not None:  # a select, not a product: NaN scores of masked pairs go too
-            st = st.masked_fill_(~allowed, -_INF)
+            st = st.masked_fill_(~allowed, -INF)
         if qi in state:
             m, lsum, acc = state[qi]
         else:
-            m = torch.full_like(st[..., :1], -_INF)
+            m = torch.full_like(st[..., :1], -INF)
             lsum, acc = torch.zeros_like(m), None
         # in place: the scores are not needed again
         m_new, _, pt, alpha = online_softmax.step(m, st, exp2=True, inplace=True, scale=plan.exp_scale)  # pt (B, H, l, s)
@@ -83,7 +83,7 @@ def _forward(plan: _Plan, qx, kx, v):
         l = min((qi + 1) * bq, L) - qi * bq
         if qi not in state:  # every tile of the block skipped: output 0, lse -inf, max -inf, sum 0
             outs.append(torch.zeros((B, H, l, Ev), dtype=plan.work, device=dev))
-            lses.append(torch.full((B, H, l, 1), -_INF, dtype=plan.work, device=dev))
+            lses.append(torch.full((B, H, l, 1), -INF, dtype=plan.work, device=dev))
             maxes.append(lses[-1])
             sums.append(torch.zeros((B, H, l, 1), dtype=plan.work, device=dev))
             continue

@@ -1,7 +1,7 @@
 r"""Any other additive bias (custom functions, dense tensors, relative biases under other masks) on
 the fused kernel, evaluated per query block and key chunk.
 
-PyTorch's fused CPU flash kernel (:mod:`.fused_gate`) takes a float mask that it adds to the scaled
+PyTorch's fused CPU flash kernel (:mod:`..kernel.gate`) takes a float mask that it adds to the scaled
 scores inside its tiles. A bias that declares no structure (``biases.custom_bias(fn)``) has no
 cheaper form than its values, so for every block of :data:`BLOCK` queries and every chunk of keys
 the mask allows, the bias function is evaluated on that (l, s) index grid (through the bias's own
@@ -33,7 +33,7 @@ fault per 4 KiB, and the bias function's own temporaries are then the larger par
 Which keys a block reads: the mask's tile states on the (BLOCK x BLOCK) grid
 (:meth:`attnkit.core.masks.Mask.tile_states`). Per query block, runs of consecutive FULL tiles go
 to the kernel with the bias alone; runs of PARTIAL tiles take the mask's values on the chunk
-(:mod:`.segment_masks`, cached per shape) selected in as -inf (``masked_fill_``, not an addition:
+(:mod:`..kernel.segment_masks`, cached per shape) selected in as -inf (``masked_fill_``, not an addition:
 a NaN or inf the bias holds at a masked pair is dropped as the tile loop drops it); EMPTY tiles are
 never read (causal: a block reads keys up to its last row only, the diagonal tile masked).
 
@@ -41,18 +41,18 @@ Semantics kept from the tile loop:
 
 * rows with no allowed key in a chunk, by the mask or by a bias that is :math:`-\infty` on all of
   them: the kernel returns out 0 and lse exactly 0 there, so when an lse of 0 occurs the chunk's
-  mask is read for rows with no finite entry (:func:`.fused_merge.empty_rows_to_neginf` sets their
+  mask is read for rows with no finite entry (:func:`..kernel.merge.empty_rows_to_neginf` sets their
   lse to :math:`-\infty`, which the merge weighs 0);
 * a NaN or :math:`+\infty` bias at an allowed pair makes its row NaN, in the kernel as in the tile
   loop, and the merge propagates it;
 * inputs whose hidden rows could overflow (a 1e38 in a padding slot: ``inf - inf`` in the kernel)
-  go to the tile loop, as on the relative route (:func:`.fused_relative.run_relative`);
+  go to the tile loop, as on the relative route (:meth:`.base.BiasRoute.run`);
 * float32 and float64 only (bf16 would round the bias to 8 bits in the kernel's mask); masks that
   read the head, explicit tile sizes, dropout and returned weights keep the tile loop.
 
-Gradients: the relative route's autograd function (:class:`.fused_relative._RelativeFunction`):
+Gradients: the relative route's autograd function (:class:`.relative._RelativeFunction`):
 the tile loop's backward, fed the kernel's lse as the row shift, with the bias's trainable tensors
-(:mod:`.params`) as inputs, so they get gradients.
+(:mod:`..loop.params`) as inputs, so they get gradients.
 
 Shape legend: B batch, H query heads, Hkv key/value heads, L queries, S keys, E head dim (Ev = E);
 l queries of a block, s keys of a chunk; nb = B or 1, nh = H or 1 (the bias's own extent).
@@ -64,26 +64,27 @@ from dataclasses import dataclass
 
 import torch
 
-from ...core.identity_cache import SnapshotLRU
-from ...core.indices import index_grid
-from ...core.masks import values_readable
-from ...core.tiles import EMPTY, FULL, TileGrid
-from .fused_gate import forward_op
-from .fused_merge import SHIFT_ABOVE, empty_rows_to_neginf
-from .fused_relative import _eligible, run_bias_route
-from .fused_tiles import BLOCK
-from .route_cache import mask_key
-from .segment_masks import segment_masks
+from ....core.identity_cache import SnapshotLRU
+from ....core.indices import index_grid
+from ....core.masks import values_readable
+from ....core.tiles import EMPTY, FULL, TileGrid
+from ....core import cost
+from ..kernel.eligible import bias_kernel_eligible
+from ..kernel.gate import forward_op
+from ..kernel.merge import SHIFT_ABOVE, empty_rows_to_neginf
+from ..kernel.tiles import BLOCK
+from ..kernel.segments_cache import mask_key
+from ..kernel.segment_masks import segment_masks
+from .base import BiasRoute
 
-__all__ = ["CustomRoute", "custom_route_of", "custom_forward", "run_custom", "chunk_keys", "PATH_NAME", "CHUNK_ELEMS"]
+__all__ = ["CustomRoute", "CUSTOM", "CustomPlan", "custom_forward", "chunk_keys", "CHUNK_ELEMS"]
 
-PATH_NAME = "fused kernel per query block, custom bias evaluated per key chunk as its float mask"
 CHUNK_ELEMS = 1 << 20  # bias elements per kernel call (4 MiB in float32)
 _NEG_INF = float("-inf")
 
 
 @dataclass(frozen=True)
-class CustomRoute:
+class CustomPlan:
     """Per query block [q0, q1): its key runs (k0, k1, full), consecutive tiles of one state."""
 
     blocks: tuple[tuple[int, int, tuple[tuple[int, int, bool], ...]], ...]
@@ -93,24 +94,36 @@ class CustomRoute:
         return sum((q1 - q0) * (k1 - k0) for q0, q1, runs in self.blocks for k0, k1, _ in runs)
 
 
-def custom_route_of(call, block_q: int | None = None, block_kv: int | None = None) -> CustomRoute | None:
-    """The route of a call with an additive bias on the fused kernel, or None when the tile loop
-    must serve it. The relative route (:mod:`.fused_relative`) is asked first by the caller."""
-    if not _eligible(call, block_q, block_kv):
-        return None
-    L, S, mask = call.L, call.S, call.mask
-    if mask is None:
-        return CustomRoute(tuple((q0, min(q0 + BLOCK, L), ((0, S, True),)) for q0 in range(0, L, BLOCK)))
-    if "h" in mask.dims:
-        return None
-    return _cached_runs(mask, L, S)
+class CustomRoute(BiasRoute):
+    """Any additive bias the relative route (before it in ``ROUTES``) did not take, under no mask or
+    a mask that does not read the head."""
+
+    name = "fused kernel per query block, custom bias evaluated per key chunk as its float mask"
+
+    def applies(self, call) -> bool:
+        return (call.mask is None or "h" not in call.mask.dims) and bias_kernel_eligible(call)
+
+    def plan(self, call) -> CustomPlan | None:
+        """The key runs per query block: all keys without a mask, else from the mask's tile states,
+        cached per (mask, L, S); None when those cannot be read."""
+        L, S, mask = call.L, call.S, call.mask
+        if mask is None:
+            return CustomPlan(tuple((q0, min(q0 + BLOCK, L), ((0, S, True),)) for q0 in range(0, L, BLOCK)))
+        return _cached_runs(mask, L, S)
+
+    def estimate(self, call) -> cost.Estimate | None:
+        plan = self.plan(call)
+        return None if plan is None else _custom_estimate(call, plan, self.name)
+
+    def forward(self, call, plan: CustomPlan, q, k, v):
+        return custom_forward(call, plan, q, k, v)
 
 
-_CACHE = SnapshotLRU(lambda: 256)  # (mask, L, S) -> CustomRoute
+_CACHE = SnapshotLRU(lambda: 256)  # (mask, L, S) -> CustomPlan
 
 
-def _cached_runs(mask, L: int, S: int) -> CustomRoute | None:
-    """:func:`_runs` of ``mask``, kept per (mask, L, S) as :mod:`.route_cache` keeps segments."""
+def _cached_runs(mask, L: int, S: int) -> CustomPlan | None:
+    """:func:`_runs` of ``mask``, kept per (mask, L, S) as :mod:`..kernel.segments_cache` keeps segments."""
     mkey, snap = mask_key(mask)
     key = None if mkey is None else (mkey, L, S)
     hit = None if key is None else _CACHE.get(key, snap)
@@ -122,7 +135,7 @@ def _cached_runs(mask, L: int, S: int) -> CustomRoute | None:
     return route
 
 
-def _runs(mask, L: int, S: int) -> CustomRoute | None:
+def _runs(mask, L: int, S: int) -> CustomPlan | None:
     """Runs of consecutive tiles of one state (FULL or PARTIAL) per query block of the
     (BLOCK x BLOCK) grid, or None when the tile states cannot be read (meta tensors, tracing)."""
     grid = TileGrid.uniform(L, S, BLOCK, BLOCK)
@@ -141,7 +154,7 @@ def _runs(mask, L: int, S: int) -> CustomRoute | None:
             else:
                 runs.append([k_start[ki], k_end[ki], code == FULL])
         blocks.append((q0, q1, tuple(tuple(r) for r in runs)))
-    return CustomRoute(tuple(blocks))
+    return CustomPlan(tuple(blocks))
 
 
 def chunk_keys(elems_per_key: int) -> int:
@@ -244,7 +257,7 @@ def _moved_shifts(c, l2, known):
 
 
 def _merge_in_place(acc, acc_lse, o, l2) -> None:
-    """:func:`.fused_merge.merge_into` without temporaries of the output's size (each would be fresh
+    """:func:`..kernel.merge.merge_into` without temporaries of the output's size (each would be fresh
     memory: a page fault per 4 KiB where large blocks are not recycled): ``o`` is scaled in place
     and added into ``acc``; rows empty in both parts stay (0, -inf); NaN propagates."""
     total = torch.logaddexp(acc_lse, l2)  # (B, H, l)
@@ -253,7 +266,7 @@ def _merge_in_place(acc, acc_lse, o, l2) -> None:
     acc_lse.copy_(total)
 
 
-def custom_forward(call, route: CustomRoute, q, k, v) -> tuple[torch.Tensor, torch.Tensor]:
+def custom_forward(call, route: CustomPlan, q, k, v) -> tuple[torch.Tensor, torch.Tensor]:
     """out (B, H, L, Ev) in q's dtype and lse (B, H, L) (float32; float64 for float64) of the call."""
     B, H, L, _ = q.shape
     S = k.shape[2]
@@ -277,7 +290,29 @@ def custom_forward(call, route: CustomRoute, q, k, v) -> tuple[torch.Tensor, tor
     return out, lse
 
 
-def run_custom(call, route: CustomRoute, tile_loop):
-    """Run ``call`` on ``route`` (:func:`.fused_relative.run_bias_route`: the tile loop serves it
-    where an input is not provably harmless under the mask)."""
-    return run_bias_route(call, route, custom_forward, PATH_NAME, tile_loop)
+# element-wise passes over a bias chunk of :data:`CHUNK_ELEMS` run this many times faster than
+# ``elem_per_s`` (whole-tensor passes): a log-distance custom bias (cost_per_element 8) at
+# n = 8192, H = 8 evaluated its 537 M elements in 1.1-1.3 s (benchmarks/bias_and_small.py's allocator)
+_CHUNK_ELEM_SPEEDUP = 3.0
+
+
+def _custom_estimate(call, plan: CustomPlan, path: str) -> cost.Estimate:
+    """Time and bytes of the route: the kernel over the pairs the mask's non-empty tiles hold at
+    ``fused_relative_flops`` (a float mask read per pair), one call per key chunk, the bias
+    evaluated on every computed pair (at its own batch and head extent) and one pass writing the
+    (B, H) mask; memory: the output, lse and one chunk buffer."""
+    B, H, _, L, S, E, Ev = cost.dims(call)
+    bias = call.bias
+    nb, nh = (B if "b" in bias.dims else 1), (H if "h" in bias.dims else 1)
+    step = chunk_keys(B * H * min(BLOCK, L))
+    calls = sum(-(-(k1 - k0) // step) for _, _, runs in plan.blocks for k0, k1, _ in runs)
+    pairs = plan.pairs()
+    time_s = cost.RATES["call_overhead_s"]["blockwise_fused"] + calls * cost.RATES["fused_call_overhead_s"]
+    time_s += 2 * B * H * pairs * (E + Ev) / cost.rate("fused_relative_flops", call.q.dtype)
+    time_s += (nb * nh * cost.bias_ops(bias) + B * H) * pairs / (_CHUNK_ELEM_SPEEDUP * cost.RATES["elem_per_s"])
+    nbytes = B * H * L * Ev * call.q.element_size() + B * H * L * 4
+    nbytes += B * H * min(BLOCK, L) * min(step, S) * call.q.element_size()
+    return {"time_s": time_s, "bytes": float(nbytes), "path": path}
+
+
+CUSTOM = CustomRoute()

@@ -1,6 +1,6 @@
 r"""Gradients of a banded fused call, from weights renormalised on the scores the backward computes.
 
-The banded forward (:mod:`.fused_band`) runs every block of queries against the window of keys
+The banded forward (:mod:`.band`) runs every block of queries against the window of keys
 ``[q0 + off - left, q1 - 1 + off + right]``, which holds *every* key those queries may see. So the
 backward can rebuild each row's weights in full, from its own score GEMM, and renormalise them:
 
@@ -28,7 +28,7 @@ the weights, and :math:`q k^\top` left unscaled as the reference computes it.
 
 Interior blocks (every one holds b queries and sees the same (b, w) mask tile) run per (batch
 row, query head) a group of blocks per ``bmm``, with the weights held key-major and dk, dv
-accumulated by their own GEMMs (:mod:`.fused_band_windows`, which derives the same gradients in
+accumulated by their own GEMMs (:mod:`.band_windows`, which derives the same gradients in
 that layout).
 The backward picks its own block height (:func:`backward_band`), independent of the forward's.
 Edge blocks (windows clipped by the sequence ends) run one at a time on the clipped keys with the
@@ -48,9 +48,9 @@ from types import SimpleNamespace
 
 import torch
 
-from ...core import fresh_memory
-from .fused_band import KEY_ALIGN, Band, pad_keys_finite
-from .fused_band_windows import interior_grads
+from ....core import fresh_memory
+from .band import KEY_ALIGN, Band, pad_keys_finite
+from .band_windows import interior_grads
 
 __all__ = ["band_grads", "backward_band", "rows_backward"]
 
@@ -58,7 +58,7 @@ __all__ = ["band_grads", "backward_band", "rows_backward"]
 _EXP_FLOOR = {torch.float32: -86.0, torch.float64: -700.0}
 
 
-class _Buffers:
+class Buffers:
     """Work tensors of :func:`rows_backward`, one flat storage per name, grown on demand and reused
     by every ``bmm`` of a call (a fresh allocation per chunk costs page faults)."""
 
@@ -85,12 +85,12 @@ def rows_backward(qc, kc, vc, oc, nlc, dlc, drop, scale: float, need, buf: Simpl
     """Gradients of complete rows. qc, oc (N, l, E); kc, vc (N, s, E); nlc (N, l, 1) minus the
     forward's lse (0 for rows with no allowed key); dlc (N, l, 1) or None; ``drop`` a list of
     (c0, (l, t) or (N, l, t) bool), True where a query may not see key c0 + c (keys in no piece
-    are allowed), or None; ``buf`` work tensors (:meth:`_Buffers.shaped`) or None. Returns
+    are allowed), or None; ``buf`` work tensors (:meth:`Buffers.shaped`) or None. Returns
     dq (N, l, E), dk (N, s, E), dv (N, s, E) (None where ``need`` is False); with ``buf`` they are
     views of it, overwritten by the next call."""
     N, l, E = qc.shape
     if buf is None:
-        buf = _Buffers(qc.dtype, qc.device).shaped(N, l, kc.shape[1], E)
+        buf = Buffers(qc.dtype, qc.device).shaped(N, l, kc.shape[1], E)
     lo = _EXP_FLOOR[qc.dtype]
     # q kᵀ unscaled, as the reference computes it: a scale folded into the GEMM (or into q) rounds
     # the scaled operand, an error correlated along the row that doubles dq's on large scores
@@ -124,9 +124,9 @@ def backward_band(band: Band, k: torch.Tensor | None = None, v: torch.Tensor | N
     (32 for windows under 128 keys). Blocks of 64 ran fastest here (one thread, window 256,
     n = 16k: 32 and 48 no faster, 128 about 10% slower): the backward's five GEMMs per block favour
     less wasted work over taller tiles. Given k and v, each interior window is padded to a multiple
-    of :data:`.fused_band.KEY_ALIGN` keys (at most an eighth more) when the padding keys are finite,
+    of :data:`.band.KEY_ALIGN` keys (at most an eighth more) when the padding keys are finite,
     as the forward does: 320 keys instead of 319 makes the windows of every
-    :func:`.fused_band_windows.interior_grads` residue class exactly adjacent, so dk and dv are
+    :func:`.band_windows.interior_grads` residue class exactly adjacent, so dk and dv are
     added by one batched GEMM per class into contiguous keys, and the GEMMs run on 64-aligned sizes."""
     b = 32 if band.left + band.right + 1 < 128 else 64
     plain = Band(L=band.L, S=band.S, left=band.left, right=band.right, off=band.off, b=min(b, band.L))
@@ -137,7 +137,7 @@ def backward_band(band: Band, k: torch.Tensor | None = None, v: torch.Tensor | N
     return padded if padded.pad and pad_keys_finite(k, v, padded) else plain
 
 
-def _neg_shift(lse: torch.Tensor) -> torch.Tensor:
+def neg_shift(lse: torch.Tensor) -> torch.Tensor:
     """Minus the shift per row: -lse, with -inf (no allowed key) made 0 so exp(-inf + 0) = 0."""
     return torch.where(torch.isneginf(lse), 0.0, -lse)
 
@@ -147,7 +147,7 @@ def band_grads(dout, q, k, v, lse, dlse, mask, band: Band, scale: float, need):
     dout (B, H, L, E) or None, the forward's lse (B, H, L) and dlse (B, H, L) or None."""
     work = torch.float64 if q.dtype == torch.float64 else torch.float32
     dout = torch.zeros(q.shape, dtype=q.dtype, device=q.device) if dout is None else dout
-    nshift = _neg_shift(lse.to(work))
+    nshift = neg_shift(lse.to(work))
     dlse = None if dlse is None else dlse.to(work)
     dq = fresh_memory.empty(q.shape, work, q.device) if need[0] else None
     # dv then dk as the slots of one (c, B, Hkv, S, E) accumulator, zeroed in one pass; huge pages

@@ -10,26 +10,26 @@ from __future__ import annotations
 
 import torch
 
-from ...core import online_softmax
+from ....core import online_softmax
 from .leaks import dead_filter, drop_dead
 from .params import check_tile
-from .plan import _INF, _Plan, _q_tile, _Tiles, _tile_mask
+from .plan import INF, Plan, q_tile, Tiles, tile_mask
 
-__all__ = ["_backward"]
+__all__ = ["loop_backward"]
 
 
-def _backward(plan: _Plan, qx, kx, v, out, m, ell, dout, dlse, params, need):
+def loop_backward(plan: Plan, qx, kx, v, out, m, ell, dout, dlse, params, need):
     """Recompute each tile's probabilities from the saved row max m and sum ell, both (B, H, L),
     and accumulate dq', dk', dv, d(params).
 
     P = exp(s - m) / ell: the shift by the row max is exact where the weight is (see
-    :func:`.forward._forward`), and the 1/ell is folded into dO and D per query row
+    :func:`.forward.loop_forward`), and the 1/ell is folded into dO and D per query row
     (dS = exp(s - m) ∘ (dO/ell · vᵀ - D/ell), dV = exp(s - m)ᵀ dO/ell), so the tile costs no
     extra pass for it."""
     B, H, L, S, Hkv = plan.B, plan.H, plan.L, plan.S, plan.Hkv
     Ev = v.shape[-1]
     w = plan.work
-    tiles = _Tiles(plan)
+    tiles = Tiles(plan)
     bq, bk = plan.block_q, plan.block_kv
     # gradients per block, summed functionally (no in-place writes into a preallocated buffer:
     # under torch.func.vmap a batched tile cannot be added into an unbatched zeros buffer)
@@ -44,14 +44,14 @@ def _backward(plan: _Plan, qx, kx, v, out, m, ell, dout, dlse, params, need):
     for qi, kblocks in enumerate(plan.kept):
         q0, q1 = qi * bq, min((qi + 1) * bq, L)
         l = q1 - q0
-        qt = _q_tile(qx, plan, q0, q1)
+        qt = q_tile(qx, plan, q0, q1)
         dot = dout[:, :, q0:q1] * inv_ell[:, :, q0:q1].to(dout.dtype)  # (B, H, l, Ev): dO / ell
         dot_g = dot.reshape(B, Hkv, -1, Ev)  # (B, Hkv, g·l, Ev)
         dot_w = dot_g.to(w)
         dq_t = None
         for ki in kblocks:
             k0, k1 = ki * bk, min((ki + 1) * bk, S)
-            skip, allowed = _tile_mask(tiles, plan.code_rows[qi][ki], q0, q1, k0, k1, v.device) if plan.mask is not None else (False, None)
+            skip, allowed = tile_mask(tiles, plan.code_rows[qi][ki], q0, q1, k0, k1, v.device) if plan.mask is not None else (False, None)
             if skip:
                 continue
             kt, vt = kx[:, :, k0:k1], v[:, :, k0:k1]
@@ -60,7 +60,7 @@ def _backward(plan: _Plan, qx, kx, v, out, m, ell, dout, dlse, params, need):
                 kt, vt = drop_dead(live, kt, vt)
             st, graph = _tile_scores(plan, tiles, qt, kt, q0, q1, k0, k1, params, need, v.device)
             if allowed is not None:  # a select: NaN scores of masked pairs go too
-                st = st.masked_fill_(~allowed, -_INF)
+                st = st.masked_fill_(~allowed, -INF)
             pt = online_softmax.exp_(st.sub_(shift[:, :, q0:q1]), plan.exp_scale)  # (B, H, l, s) = P · ell
             keep = tiles.keep(qi, ki, pt.shape, v.device) if plan.dropout_p > 0 else None
             pd = pt * keep / (1.0 - plan.dropout_p) if keep is not None else pt
@@ -101,14 +101,14 @@ def _row_terms(qx, out, m, ell, dout, dlse, w: torch.dtype):
     # fully masked rows (m = -inf, ell = 0): shift by +inf and scale by 0, so P = 0 and no NaN;
     # their query rows may hold anything (never seen): zeroed, or dK = dSᵀ q would be 0 · NaN
     empty = torch.isneginf(m).unsqueeze(-1)  # (B, H, L, 1)
-    shift = torch.where(empty, _INF, m.unsqueeze(-1))  # (B, H, L, 1)
+    shift = torch.where(empty, INF, m.unsqueeze(-1))  # (B, H, L, 1)
     qx = torch.where(empty, 0.0, qx)
     inv_ell = torch.where(ell != 0, 1.0 / torch.where(ell != 0, ell, 1.0), 0.0).unsqueeze(-1)  # (B, H, L, 1)
     D = D * inv_ell
     return qx, shift, inv_ell, D
 
 
-def _tile_scores(plan: _Plan, tiles: _Tiles, qt, kt, q0: int, q1: int, k0: int, k1: int, params, need, device):
+def _tile_scores(plan: Plan, tiles: Tiles, qt, kt, q0: int, q1: int, k0: int, k1: int, params, need, device):
     """One tile's scores (B, H, l, s) recomputed in the work dtype, and the autograd graph
     ``(s_nat, leaves, params)`` to pull dS through when the score is general or the bias has
     parameters (else None). ``qt`` is (B, Hkv, g·l, E), ``kt`` (B, Hkv, s, E)."""

@@ -1,12 +1,12 @@
 r"""Gradients of a causal fused call, from weights renormalised on the scores the backward computes.
 
-The causal forward (:mod:`.fused_causal`) lets query ``i`` see keys ``0 .. i + off`` (``off`` from
+The causal forward (:mod:`.causal`) lets query ``i`` see keys ``0 .. i + off`` (``off`` from
 the mask's alignment: ``S - L`` bottom-right, 0 top-left). A block of ``b`` queries starting at
 ``q0`` therefore sees the keys ``[0, q0 + b + off)``: all of them for every row except the last
-``b``, where the causal triangle applies. Each block runs :func:`.fused_band_grad.rows_backward`
+``b``, where the causal triangle applies. Each block runs :func:`.band_grad.rows_backward`
 on those keys, which rebuilds every row's weights from its own score GEMM and renormalises them
 (the forward's lse is only the shift), then forms the softmax gradient with
-:math:`D = \mathrm{rowsum}(P \circ dP)` as autograd does; see :mod:`.fused_band_grad` for the
+:math:`D = \mathrm{rowsum}(P \circ dP)` as autograd does; see :mod:`.band_grad` for the
 derivation and why (PyTorch's private backward op, fed the forward's float32 lse, does not
 renormalise, and its weights are off by several times the reference's own float32 error on large
 scores).
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import torch
 
-from .fused_band_grad import _Buffers, _neg_shift, rows_backward
+from .band_grad import Buffers, neg_shift, rows_backward
 
 __all__ = ["causal_grads", "add_causal_grads", "summed_grads", "ROW_ELEMS"]
 
@@ -85,8 +85,8 @@ def add_causal_grads(dout, q, k, v, lse, dlse, off: int | None, scale: float, gr
     if not blocks or not any(need):
         return
     work = next(t.dtype for t in grads if t is not None)
-    nshift = _neg_shift(lse.to(work))
-    buf = _Buffers(work, q.device)
+    nshift = neg_shift(lse.to(work))
+    buf = Buffers(work, q.device)
     for q0, q1, s in blocks:
         b = q1 - q0
         drop = None if off is None else _triangle(q0, q1, s, off, g, q.device)

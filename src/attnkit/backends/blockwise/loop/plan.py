@@ -1,12 +1,12 @@
 r"""The blockwise backend's per-call plan and per-tile evaluation, shared by its forward, backward and
 weights passes.
 
-* :class:`_Plan` — shapes, tile sizes, the tile map (:mod:`attnkit.backends.tiling`), the score,
+* :class:`Plan` — shapes, tile sizes, the tile map (:mod:`attnkit.backends.tiling`), the score,
   bias and mask of one call, dropout seed and the work dtype of the softmax statistics.
-* :class:`_Tiles` — evaluates the mask, the bias and the scores on one tile (natural units; the
+* :class:`Tiles` — evaluates the mask, the bias and the scores on one tile (natural units; the
   exponentials are taken in base 2 after the shift, see :mod:`attnkit.core.online_softmax`), caching
   shift-invariant (causal, sliding-window) mask tiles, and draws the dropout keep-mask of a tile.
-* ``_q_tile``, ``_tile_mask``, ``_tile_order`` — one query tile in GQA layout, the skip/partial
+* ``q_tile``, ``tile_mask``, ``tile_order`` — one query tile in GQA layout, the skip/partial
   decision of one tile, and the order tiles are visited in (by diagonal for relative-position
   biases, so each bias tile is evaluated once per diagonal).
 
@@ -21,19 +21,19 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ...core.biases import ScoreModifier
-from ...core.indices import index_grid
-from ...core.masks import Mask, values_readable
-from ...core.scores import Score
-from ..tiling import FULL
+from ....core.biases import ScoreModifier
+from ....core.indices import index_grid
+from ....core.masks import Mask, values_readable
+from ....core.scores import Score
+from ...tiling import FULL
 
-__all__ = ["_INF", "_Plan", "_Tiles", "_q_tile", "_tile_mask", "_tile_order"]
+__all__ = ["INF", "Plan", "Tiles", "q_tile", "tile_mask", "tile_order"]
 
-_INF = float("inf")
+INF = float("inf")
 
 
 @dataclass
-class _Plan:
+class Plan:
     """What the forward and backward share: shapes, tiles, and how to compute one score tile."""
 
     B: int
@@ -77,10 +77,10 @@ class _Plan:
         return 1.0
 
 
-class _Tiles:
+class Tiles:
     """Per-call helpers that evaluate masks, biases and scores on one tile."""
 
-    def __init__(self, plan: _Plan):
+    def __init__(self, plan: Plan):
         self.p = plan
         L, S = plan.L, plan.S
         self.mask_fn = plan.mask.predicate(L, S) if plan.mask is not None else None
@@ -168,7 +168,7 @@ class _Tiles:
         return torch.rand(shape, generator=gen, device=device) >= self.p.dropout_p
 
 
-def _q_tile(qx: torch.Tensor, plan: _Plan, q0: int, q1: int) -> torch.Tensor:
+def q_tile(qx: torch.Tensor, plan: Plan, q0: int, q1: int) -> torch.Tensor:
     """Query tile as (B, Hkv, g·l, E): the g query heads sharing a kv head stacked along rows, so one
     GEMM against the kv head serves them all without repeating k."""
     B, Hkv, g = plan.B, plan.Hkv, plan.groups
@@ -181,14 +181,14 @@ def _q_tile(qx: torch.Tensor, plan: _Plan, q0: int, q1: int) -> torch.Tensor:
     return t.contiguous()
 
 
-def _tile_mask(tiles: _Tiles, code: int, q0, q1, k0, k1, device):
+def tile_mask(tiles: Tiles, code: int, q0, q1, k0, k1, device):
     """(skip, allowed-or-None) for one tile: FULL tiles need no mask, PARTIAL ones are evaluated."""
     if code == FULL:
         return False, None
     return tiles.partial(q0, q1, k0, k1, device)
 
 
-def _tile_order(plan: _Plan, diagonal: bool) -> list[tuple[int, int]]:
+def tile_order(plan: Plan, diagonal: bool) -> list[tuple[int, int]]:
     """Non-empty tiles, row by row, or grouped by key-minus-query offset for a reusable bias tile."""
     pairs = [(qi, ki) for qi, ks in enumerate(plan.kept) for ki in ks]
     if diagonal:

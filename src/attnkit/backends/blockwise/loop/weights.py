@@ -14,36 +14,36 @@ from __future__ import annotations
 
 import torch
 
-from .plan import _INF, _Plan, _q_tile, _Tiles, _tile_mask
-from ..tiling import EMPTY
+from .plan import INF, Plan, q_tile, Tiles, tile_mask
+from ...tiling import EMPTY
 
-__all__ = ["_weights"]
+__all__ = ["dense_weights"]
 
 
-def _weights(plan: _Plan, qx, kx, lse) -> torch.Tensor:
+def dense_weights(plan: Plan, qx, kx, lse) -> torch.Tensor:
     """Second pass: weights (B, H, L, S) = exp(s - lse) per tile, differentiable through s and the
     Function's lse output. Costs the (L, S) memory the caller asked for."""
-    tiles = _Tiles(plan)
+    tiles = Tiles(plan)
     B, H, L, S = plan.B, plan.H, plan.L, plan.S
     bq, bk = plan.block_q, plan.block_kv
     lse_safe = torch.where(torch.isneginf(lse), 0.0, lse).unsqueeze(-1)
     rows = []
     for qi in range(plan.codes.shape[0]):
         q0, q1 = qi * bq, min((qi + 1) * bq, L)
-        qt = _q_tile(qx, plan, q0, q1)
+        qt = q_tile(qx, plan, q0, q1)
         row = []
         for ki in range(plan.codes.shape[1]):
             k0, k1 = ki * bk, min((ki + 1) * bk, S)
             code = plan.code_rows[qi][ki]
             skip, allowed = (code == EMPTY, None) if code == EMPTY else (
-                _tile_mask(tiles, code, q0, q1, k0, k1, qx.device) if plan.mask is not None else (False, None)
+                tile_mask(tiles, code, q0, q1, k0, k1, qx.device) if plan.mask is not None else (False, None)
             )
             if skip:
                 row.append(torch.zeros(B, H, q1 - q0, k1 - k0, dtype=plan.work, device=qx.device))
                 continue
             s_nat = tiles.natural(tiles.scores(qt, kx[:, :, k0:k1], q0, q1, k0, k1))
             if allowed is not None:
-                s_nat = s_nat.masked_fill(~allowed, -_INF)
+                s_nat = s_nat.masked_fill(~allowed, -INF)
             row.append(torch.exp(s_nat - lse_safe[:, :, q0:q1]))
         rows.append(torch.cat(row, dim=-1))
     return torch.cat(rows, dim=2)

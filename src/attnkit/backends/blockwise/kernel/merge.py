@@ -1,6 +1,6 @@
 r"""Partial results of the fused kernel: empty rows and the log-sum-exp merge.
 
-The fused kernel (:mod:`.fused_gate`) returns ``(out, lse)`` per call. Two conventions differ from
+The fused kernel (:mod:`.gate`) returns ``(out, lse)`` per call. Two conventions differ from
 attnkit's and are fixed here:
 
 * a query row with no allowed key comes back with out 0 and lse 0; attnkit's lse is

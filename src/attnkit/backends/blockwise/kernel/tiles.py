@@ -12,7 +12,7 @@ consecutive non-empty key tiles become *segments*:
   masks that depend on the batch row; these masks are computed once per shape and cached, equal
   ones stored once (:mod:`.segment_masks`), so the layers and steps of a model reuse them;
 * a key of a masked segment that no query of the block may see (any batch row) is replaced by 0
-  before the call when k or v holds a NaN or inf (:mod:`.leaks`: it would reach the other rows
+  before the call when k or v holds a NaN or inf (:mod:`..loop.leaks`: it would reach the other rows
   through ``NaN + -inf`` and ``0 · NaN``; a finite dead key's weight is exactly 0, so finite
   inputs skip the select); rows of a segment with no allowed key are (0, -inf) there.
 
@@ -31,11 +31,11 @@ from dataclasses import dataclass
 
 import torch
 
-from ...core.masks import values_readable
-from ...core.tiles import EMPTY, FULL, TileGrid
-from .fused_band import finite
-from .fused_gate import backward_op, forward_op
-from .fused_merge import empty_rows_to_neginf, lse_for_backward, merge_into
+from ....core.masks import values_readable
+from ....core.tiles import EMPTY, FULL, TileGrid
+from .band import finite
+from .gate import backward_op, forward_op
+from .merge import empty_rows_to_neginf, lse_for_backward, merge_into
 from .segment_masks import segment_masks
 
 __all__ = ["BLOCK", "FINE_BLOCK", "MAX_WASTE", "Segments", "segments_of", "tiles_forward", "tiles_backward"]
@@ -64,7 +64,7 @@ class Segments:
 
     def spans(self) -> list[tuple[int, int, int, int]] | None:
         """(q0, q1, k0, k1) per query block with a segment, [k0, k1) from its first segment's start
-        to its last one's end (:mod:`.fused_tiles_grad` runs the backward on it), or None when a
+        to its last one's end (:mod:`.tiles_grad` runs the backward on it), or None when a
         block's span holds more than :data:`MAX_WASTE` times its segments' keys."""
         out = []
         for q0, q1, seg_list in self.blocks:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from . import _draw_seed
+from .run import draw_seed
 
 NO_FULLGRAPH_DROPOUT = (
     "blockwise dropout (dropout_p > 0) draws its per-call seed on the host, so it is unsupported under "
@@ -22,5 +22,5 @@ NO_FULLGRAPH_DROPOUT = (
 
 @torch.compiler.disable(reason=NO_FULLGRAPH_DROPOUT)
 def dropout_seed() -> int:
-    """:func:`attnkit.backends.blockwise._draw_seed`, outside the traced graph."""
-    return _draw_seed()
+    """:func:`attnkit.backends.blockwise.loop.run.draw_seed`, outside the traced graph."""
+    return draw_seed()

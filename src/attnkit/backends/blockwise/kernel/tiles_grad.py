@@ -1,15 +1,15 @@
 r"""Gradients of a tiles-route call (documents, chunks, prefix-LM, ...) from complete rows.
 
-The tiles route (:mod:`.fused_tiles`) runs each block of queries (``BLOCK`` or ``FINE_BLOCK`` of
+The tiles route (:mod:`.tiles`) runs each block of queries (``BLOCK`` or ``FINE_BLOCK`` of
 them) against its *segments*, runs of key tiles the mask leaves non-empty. The keys of all of a block's segments lie in one
 *span* ``[first segment's start, last segment's end)``; for the masks this route serves the span
 is mostly allowed pairs (a document's keys, a chunk, a prefix), so the backward can run every
 row of the block against its whole span in one go, with the mask evaluated on it, and rebuild
-each row's weights in full from its own score GEMM: :func:`.fused_band_grad.rows_backward`, the
+each row's weights in full from its own score GEMM: :func:`.band_grad.rows_backward`, the
 band route's edge-block backward (five GEMMs per block, all batch rows and heads in one ``bmm``,
 weights renormalised to sum to 1 exactly, the forward's lse only the shift).
 
-That replaces the tile loop's backward fed the kernel's lse (:mod:`.fused_grad`: one more score
+That replaces the tile loop's backward fed the kernel's lse (:mod:`.lse_grads`: one more score
 GEMM per tile for the row sums, and Python per 128-key tile). Measured on this machine (one thread,
 B=1, H=8, E=64, fp32, n = 8k, interleaved in one process: benchmarks/results/tiles_backward.json):
 eight documents 663 -> 493 ms, chunks of 1024 keys 460 -> 367 ms. A prefix-LM, whose late blocks
@@ -35,10 +35,10 @@ from __future__ import annotations
 
 import torch
 
-from ...core import fresh_memory
-from .fused_band import finite
-from .fused_band_grad import _Buffers, _neg_shift, rows_backward
-from .fused_tiles import MAX_WASTE, Segments
+from ....core import fresh_memory
+from .band import finite
+from .band_grad import Buffers, neg_shift, rows_backward
+from .tiles import MAX_WASTE, Segments
 
 __all__ = ["span_grads", "MAX_WASTE", "ROWS_ELEMS", "MIN_ROWS"]
 
@@ -62,9 +62,9 @@ def span_grads(dout, q, k, v, lse, dlse, mask, segs: Segments, scale: float, nee
         return None
     work = torch.float64 if q.dtype == torch.float64 else torch.float32
     dout = torch.zeros(q.shape, dtype=q.dtype, device=q.device) if dout is None else dout
-    nshift = _neg_shift(lse.to(work))  # -lse, 0 for rows with no allowed key
+    nshift = neg_shift(lse.to(work))  # -lse, 0 for rows with no allowed key
     dq, dk, dv = (fresh_memory.empty(t.shape, work, t.device).zero_() if n else None for t, n in zip((q, k, v), need))
-    bufs = _Buffers(work, q.device)  # work tensors grown on demand, reused by every sub-block
+    bufs = Buffers(work, q.device)  # work tensors grown on demand, reused by every sub-block
     for q0, q1, k0, k1 in spans:
         s = k1 - k0
         kc, vc = (_per_query_head(t[:, :, k0:k1].to(work), g) for t in (k, v))  # (N, s, E)
@@ -95,7 +95,7 @@ def _per_query_head(x: torch.Tensor, g: int) -> torch.Tensor:
 
 
 def _per_item(drop: torch.Tensor, B: int, H: int) -> torch.Tensor:
-    """A (B|1, 1, l, s) bool mask as :func:`.fused_band_grad.rows_backward` takes it: (l, s) when it
+    """A (B|1, 1, l, s) bool mask as :func:`.band_grad.rows_backward` takes it: (l, s) when it
     is the same for every item (broadcast, no copy), else (B·H, l, s)."""
     if drop.shape[0] == 1:
         return drop[0, 0]

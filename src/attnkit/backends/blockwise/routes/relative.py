@@ -1,6 +1,6 @@
 r"""Relative-position biases (ALiBi, T5 buckets, Shaw) on the fused kernel, one call per query block.
 
-PyTorch's fused CPU flash kernel (:mod:`.fused_gate`) takes a float mask, added to the scaled scores
+PyTorch's fused CPU flash kernel (:mod:`..kernel.gate`) takes a float mask, added to the scaled scores
 inside its tiles; so a block of ``l`` queries against its keys is one call with the block's (l, s)
 bias slab as that mask.
 
@@ -19,21 +19,21 @@ block's key range is cut to the keys some row of it may see (causal: the kernel 
 past the diagonal block).
 
 Other additive biases (custom functions, dense tensors) and masks that are not a function of
-``key - query`` (padding, documents) take :mod:`.fused_custom`, which evaluates the bias per key
+``key - query`` (padding, documents) take :mod:`.custom`, which evaluates the bias per key
 chunk and hands it to the kernel as a float mask.
 
 Exactness: the kernel computes ``q kᵀ · scale + slab`` in the input dtype and subtracts each row's
 max over the whole row (all keys of the block's range in one call: no merge), as SDPA with a dense
 float mask does; the shifted scores of far keys (ALiBi at distance 8k: -4,000) underflow to 0 as
 they do in the float64 reference. Rows with no allowed key come back as out 0, lse 0 and are set to
-lse :math:`-\infty` (:func:`.fused_merge.empty_rows_to_neginf`). A bias whose offsets hold a
+lse :math:`-\infty` (:func:`..kernel.merge.empty_rows_to_neginf`). A bias whose offsets hold a
 non-finite value and inputs whose hidden rows could overflow
 (a 1e38 in a padding slot: inf - inf = NaN in the kernel) go to the tile loop (whose handling is
 the reference's). Only float32 and float64: bf16 would round the bias to 8 bits in the kernel's mask.
 
-Gradients: the tile loop's backward (:mod:`.backward`), fed the kernel's lse as the row shift and
-the row sums and the output recomputed with that shift (:func:`.fused_grad.lse_terms`, as the
-*tiles* route of :mod:`.fused_function` does: the output for D = dO · O, which must match the
+Gradients: the tile loop's backward (:mod:`..loop.backward`), fed the kernel's lse as the row shift and
+the row sums and the output recomputed with that shift (:func:`..kernel.lse_grads.lse_terms`, as the
+*tiles* route of :mod:`.` does: the output for D = dO · O, which must match the
 weights the backward rebuilds), with the bias's learned tables (T5, Shaw) as inputs, so they get
 gradients; so a forward + backward gains only the forward's share.
 
@@ -47,27 +47,23 @@ from dataclasses import dataclass
 
 import torch
 
-from ...core.options import current as current_options
-from ...core.output import BackendResult
-from ..sdpa import kernel_layout
-from ..sdpa_mask_cache import dead_keys_inert
-from .fused_gate import available, forward_op
-from .fused_grad import lse_terms, tile_plan
-from .fused_merge import empty_rows_to_neginf
-from .function import _fail_when_differentiated
-from .backward import _backward
-from .params import bias_tensors
+from ....core import cost
+from ....core.indices import alignment_offset
+from ....core.mask_kinds import CausalMask, SlidingWindowMask
+from ..kernel.eligible import bias_kernel_eligible
+from ..kernel.gate import forward_op
+from ..kernel.merge import empty_rows_to_neginf
+from .base import BiasRoute
 
-__all__ = ["RelativeRoute", "relative_route_of", "run_relative", "PATH_NAME", "RELATIVE_BLOCK"]
+__all__ = ["RelativeRoute", "RELATIVE", "RelativePlan", "relative_forward", "RELATIVE_BLOCK"]
 
-PATH_NAME = "fused kernel per query block, relative bias as a view of its offsets"
 RELATIVE_BLOCK = 512  # queries per call of a relative bias (the kernel is faster on long blocks; a causal
 #   block computes l² / 2 masked pairs on its diagonal: 6% extra work at 8k)
 _NEG_INF = float("-inf")
 
 
 @dataclass
-class RelativeRoute:
+class RelativePlan:
     """How one call with a relative bias runs on the fused kernel: the block size, the blocks
     (q0, q1, k0, k1), the offsets' values ``g`` (H|1, N) and the rows with no allowed key."""
 
@@ -77,34 +73,29 @@ class RelativeRoute:
     empty_rows: torch.Tensor | None = None  # (L,) bool: rows with no allowed key, or None when there are none
 
 
-def _eligible(call, block_q, block_kv) -> bool:
-    q, k, v = call.q, call.k, call.v
-    bias = call.bias
-    if block_q is not None or block_kv is not None or bias is None or not bias.additive:
-        return False
-    if q.device.type != "cpu" or torch.compiler.is_compiling():
-        return False
-    if any(torch._C._functorch.is_functorch_wrapped_tensor(t) for t in (q, k, v)):
-        return False
-    if not getattr(call.score, "identity_dot", False) or call.dropout_p > 0 or call.return_weights:
-        return False
-    if q.dtype not in (torch.float32, torch.float64) or q.shape[-1] != v.shape[-1] or q.shape[0] == 0:
-        return False
-    opts = current_options()
-    if opts.block_q is not None or opts.block_kv is not None:
-        return False
-    return available(q.dtype)
+class RelativeRoute(BiasRoute):
+    """A relative bias of at most the head (ALiBi, T5, Shaw and sums of them), under no mask or a
+    mask of ``key - query`` alone (causal, windows): the condition is :meth:`applies`, nowhere else."""
 
+    name = "fused kernel per query block, relative bias as a view of its offsets"
 
-def relative_route_of(call, block_q: int | None = None, block_kv: int | None = None) -> RelativeRoute | None:
-    """The fused route of a call with a relative bias, or None when the tile loop must serve it."""
-    if not _eligible(call, block_q, block_kv):
-        return None
-    mask, bias = call.mask, call.bias
-    if not (bias.relative and bias.dims <= {"h"}) or not (mask is None or (mask.shift_invariant and not mask.dims)):
-        return None
-    with torch.no_grad():  # a learned table's graph is not needed: the backward re-evaluates the bias
-        return _relative_route(call)
+    def applies(self, call) -> bool:
+        mask, bias = call.mask, call.bias
+        if bias is None or not bias.relative or not bias.dims <= {"h"}:
+            return False
+        return (mask is None or (mask.shift_invariant and not mask.dims)) and bias_kernel_eligible(call)
+
+    def plan(self, call) -> RelativePlan | None:
+        """The offsets' values, blocks and empty rows; None (the next route) when a bias value is
+        not finite. Not cached: the bias's values (a learned table) change between calls."""
+        with torch.no_grad():  # a learned table's graph is not needed: the backward re-evaluates the bias
+            return _relative_plan(call)
+
+    def estimate(self, call) -> cost.Estimate:
+        return _relative_estimate(call, self.name)
+
+    def forward(self, call, plan: RelativePlan, q, k, v):
+        return relative_forward(call, plan, q, k, v)
 
 
 def _offsets(call) -> tuple[torch.Tensor, torch.Tensor]:
@@ -115,7 +106,7 @@ def _offsets(call) -> tuple[torch.Tensor, torch.Tensor]:
     return qi, qi + d
 
 
-def _relative_route(call) -> RelativeRoute | None:
+def _relative_plan(call) -> RelativePlan | None:
     """Blocks, row emptiness and offset values of a relative bias (and a mask of key - query only)."""
     B, H, L, _ = call.q.shape
     S, dev, dt = call.S, call.q.device, call.q.dtype
@@ -146,7 +137,7 @@ def _relative_route(call) -> RelativeRoute | None:
             k0, k1 = max(0, q0 + dmin), min(S, q1 - 1 + dmax + 1)
             if k1 > k0:
                 blocks.append((q0, q1, k0, k1))
-    return RelativeRoute(l, blocks, g.contiguous(), empty_rows if bool(empty_rows.any()) else None)
+    return RelativePlan(l, blocks, g.contiguous(), empty_rows if bool(empty_rows.any()) else None)
 
 
 def _relative_slab(g: torch.Tensor, L: int, q0: int, q1: int, k0: int, k1: int) -> torch.Tensor:
@@ -156,7 +147,7 @@ def _relative_slab(g: torch.Tensor, L: int, q0: int, q1: int, k0: int, k1: int) 
     return g.as_strided((1, nh, q1 - q0, k1 - k0), (nh * N, N, 1, 1), g.storage_offset() + k0 - q1 + L)
 
 
-def relative_forward(call, route: RelativeRoute, q, k, v) -> tuple[torch.Tensor, torch.Tensor]:
+def relative_forward(call, route: RelativePlan, q, k, v) -> tuple[torch.Tensor, torch.Tensor]:
     """out (B, H, L, E) in q's dtype and lse (B, H, L) (float32; float64 for float64) of the call."""
     B, H, L, E = q.shape
     lse_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
@@ -174,52 +165,43 @@ def relative_forward(call, route: RelativeRoute, q, k, v) -> tuple[torch.Tensor,
     return out, lse
 
 
-class _RelativeFunction(torch.autograd.Function):
-    """(call, route, forward, q, k, v, *params) -> (out, lse), ``forward(call, route, q, k, v)`` the
-    route's fused forward (this module's, or :mod:`.fused_custom`'s); the backward is the tile loop's."""
-
-    @staticmethod
-    def forward(ctx, call, route, forward, q, k, v, *params):
-        qc, kc, vc = (kernel_layout(t) for t in (q, k, v))  # strides the fused op reads right
-        out, lse = forward(call, route, qc, kc, vc)
-        ctx.call = call
-        ctx.save_for_backward(q, k, v, lse, *params)  # the backward recomputes out (.fused_grad.lse_terms)
-        ctx.set_materialize_grads(False)
-        return out, lse
-
-    @staticmethod
-    def backward(ctx, dout, dlse):
-        q, k, v, lse, *params = ctx.saved_tensors
-        need = ctx.needs_input_grad[3:6]  # after call, route, forward
-        if dout is None and dlse is None:
-            return (None,) * (6 + len(params))
-        plan = tile_plan(q, k, ctx.call.mask, ctx.call.scale, ctx.call.bias)  # float32 or float64 inputs: their dtype
-        create_graph = torch.is_grad_enabled()
-        with torch.no_grad():
-            m, ell, out = lse_terms(plan, q, k, v, lse)
-            dout = torch.zeros_like(out) if dout is None else dout
-            dq, dk, dv, dparams = _backward(plan, q, k, v, out, m, ell, dout.contiguous(), dlse, params, need)
-        grads = (dq if need[0] else None, dk if need[1] else None, dv if need[2] else None,
-                 *[None if g is None else g.to(p.dtype) for g, p in zip(dparams, params)])
-        if create_graph:
-            grads = _fail_when_differentiated(grads, (q, k, v, dout, dlse, *params))
-        return (None, None, None, *grads)
+def _offset_range(mask, L: int, S: int) -> tuple[float, float]:
+    """(lowest, highest) key - query offset ``mask`` allows, as far as its kind says (the full
+    range for masks that do not declare it: an upper bound on the keys each block reads)."""
+    lo, hi = -float("inf"), float("inf")
+    if type(mask) is CausalMask:
+        hi = alignment_offset(mask.align, L, S)
+    elif type(mask) is SlidingWindowMask:
+        off = alignment_offset(mask.align, L, S)
+        lo = -float("inf") if mask.left is None else off - mask.left
+        hi = float("inf") if mask.right is None else off + mask.right
+    return lo, hi
 
 
-def run_bias_route(call, route, forward, path: str, tile_loop):
-    """Run ``call`` on a fused bias route (``forward``, named ``path`` in the report);
-    ``tile_loop(call)`` serves it instead when an input is not provably harmless where the mask hides
-    it (:func:`attnkit.backends.sdpa_mask_cache.dead_keys_inert`: every value finite and every
-    |q·k| · scale far below overflow)."""
-    if not dead_keys_inert(call, call.q, call.k, call.v):
-        # a huge or infinite value in a key or query row the mask hides would meet the kernel's -inf
-        # as inf - inf = NaN; the tile loop zeroes such rows first (:mod:`.leaks`)
-        return tile_loop(call)
-    params = bias_tensors(call)
-    out, lse = _RelativeFunction.apply(call, route, forward, call.q, call.k, call.v, *params)
-    return BackendResult(out, None, lse, torch.isneginf(lse).sum(), [], route=path)
+def _relative_estimate(call, path: str) -> cost.Estimate:
+    """Time and bytes of the route: one kernel call per block of RELATIVE_BLOCK queries against the
+    keys its rows may see, at the rate ``fused_relative_flops`` (measured with the bias's view as
+    the kernel's float mask), plus the bias evaluated once per offset (H · (L + S)). It needs no
+    bias value: a bias holding a NaN or inf, or inputs that are not finite, send the call to
+    another route when it runs."""
+    B, H, _, L, S, E, Ev = cost.dims(call)
+    l = min(RELATIVE_BLOCK, L)
+    lo, hi = _offset_range(call.mask, L, S)
+    computed, calls = 0, 0
+    for q0 in range(0, L, l):
+        q1 = min(q0 + l, L)
+        k0, k1 = max(0, q0 + lo), min(S, q1 + hi)  # keys some row of the block may see
+        if k1 > k0:
+            computed += (q1 - q0) * int(k1 - k0)
+            calls += 1
+    n_off = H * (L + S - 1)  # the bias's values per offset, evaluated once
+    time_s = cost.RATES["call_overhead_s"]["blockwise_fused"] + calls * cost.RATES["fused_call_overhead_s"]
+    time_s += 2 * B * H * computed * (E + Ev) / cost.rate("fused_relative_flops", call.q.dtype)
+    time_s += n_off * (cost.bias_ops(call.bias) + 2) / cost.RATES["elem_per_s"]
+    # the output and lse, the offsets' values, and one block's flipped queries and output
+    nbytes = B * H * L * Ev * call.q.element_size() + B * H * L * 4 + n_off * call.q.element_size()
+    nbytes += 2 * B * H * l * Ev * call.q.element_size()
+    return {"time_s": time_s, "bytes": float(nbytes), "path": path}
 
 
-def run_relative(call, route: RelativeRoute, tile_loop):
-    """Run ``call`` on ``route`` (:func:`run_bias_route`)."""
-    return run_bias_route(call, route, relative_forward, PATH_NAME, tile_loop)
+RELATIVE = RelativeRoute()

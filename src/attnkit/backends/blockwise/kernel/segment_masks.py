@@ -1,6 +1,6 @@
 r"""The additive masks of the fused tiles path's partly masked segments, computed once per shape.
 
-The fused tiles path (:mod:`.fused_tiles`) hands the kernel, for every segment holding a PARTIAL
+The fused tiles path (:mod:`.tiles`) hands the kernel, for every segment holding a PARTIAL
 tile, the mask on that segment as an additive 0 / -inf tensor. Evaluating a user predicate there,
 turning it into a float tensor and finding its empty rows and dead keys costs about as much as the
 kernel itself on a 256-key window; a model calls the same mask with the same shapes in every layer
@@ -35,10 +35,10 @@ from typing import Callable
 
 import torch
 
-from ...core.cache_keys import Snapshot, enabled, freeze, same, snapshot
-from ...core.mask_values import CustomMask
-from ...core.masks import values_readable
-from .leaks import live_keys
+from ....core.cache_keys import Snapshot, enabled, freeze, same, snapshot
+from ....core.mask_values import CustomMask
+from ....core.masks import values_readable
+from ..loop.leaks import live_keys
 
 __all__ = ["SegmentMask", "segment_masks", "segment_mask", "clear_cache", "cache_info", "CACHE_BYTES", "CACHE_ENTRIES"]
 

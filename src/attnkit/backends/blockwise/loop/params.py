@@ -31,7 +31,7 @@ import sys
 
 import torch
 
-from ...core.biases import (
+from ....core.biases import (
     ALiBi,
     CustomBias,
     RelativePositionBias,
@@ -40,9 +40,9 @@ from ...core.biases import (
     T5RelativeBias,
     TensorBias,
 )
-from ...core.indices import index_grid
-from ...core.reachable import behind, grad_tensors, missing_leaves, reached_past
-from ...core.softcap import SoftCap
+from ....core.indices import index_grid
+from ....core.reachable import behind, grad_tensors, missing_leaves, reached_past
+from ....core.softcap import SoftCap
 
 __all__ = ["_bias_params", "bias_inputs", "bias_tensors", "check_tile"]
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from ...core.masks import values_readable
+from ....core.masks import values_readable
 
 __all__ = ["live_keys", "dead_filter", "drop_dead", "live_key_rows"]
 
@@ -60,8 +60,8 @@ def live_key_rows(mask, code_rows, B: int, H: int, Hkv: int, L: int, S: int, bq:
     Needed only when a key is transformed before the tiles see it (cosine score: k/|k|): the
     transform's own backward would turn a dead key's NaN into a NaN gradient (0 · NaN), so such
     keys are zeroed before it. Evaluates the mask once more on partly masked tiles (O(tile) memory)."""
-    from ..tiling import EMPTY, FULL  # noqa: PLC0415 - same package family, kept local to this helper
-    from ...core.indices import index_grid  # noqa: PLC0415
+    from ...tiling import EMPTY, FULL  # noqa: PLC0415 - same package family, kept local to this helper
+    from ....core.indices import index_grid  # noqa: PLC0415
 
     fn = mask.predicate(L, S)
     nb = B if "b" in mask.dims else 1

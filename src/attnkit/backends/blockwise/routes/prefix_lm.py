@@ -1,4 +1,5 @@
-r"""Prefix-LM masks on the fused kernel: the prefix rows in one unmasked call, the rest as a causal call.
+r"""Prefix-LM masks on the fused kernel (the *prefix-LM* route): the prefix rows in one unmasked call,
+the rest as a causal call.
 
 A prefix-LM mask (:func:`attnkit.masks.prefix_lm` with an int prefix ``P``) lets the query at key
 position ``p = i + off`` (``off`` from the causal part's alignment) see the keys
@@ -7,7 +8,7 @@ position ``p = i + off`` (``off`` from the causal part's alignment) see the keys
 * ``p < P`` (rows ``i < r0 = clip(P - off, 0, L)``): the keys ``[0, P)``, every one of them: an
   unmasked call on those rows and keys;
 * ``p >= P`` (rows ``i >= r0``): the keys ``[0, p]``, since the prefix lies inside it: a causal call
-  with the first of those rows at key position ``off + r0`` (:func:`.fused_causal.dense_forward`:
+  with the first of those rows at key position ``off + r0`` (:func:`..kernel.causal.dense_forward`:
   one ``is_causal`` call, or an unmasked prefix beside an ``is_causal`` square merged by
   log-sum-exp, with its row shift at large logits).
 
@@ -16,11 +17,11 @@ tallest tiles (one thread, n = 16k, float32: the per-block tile route, 256-query
 5.4 ns per allowed pair where the kernel's causal call runs near 3.5). Rows that see no key (an
 empty prefix and ``p < 0``, only when L > S) get out 0 and lse -inf.
 
-The backward is :func:`.fused_causal_grad.add_causal_grads` on each part (weights rebuilt from the
+The backward is :func:`..kernel.causal_grad.add_causal_grads` on each part (weights rebuilt from the
 backward's own scores and renormalised per row), both adding into one set of float32 gradients
 (float64 for float64), cast to the inputs' dtypes once.
 
-A prefix given per batch row (a tensor) keeps the tile route (:mod:`.fused_tiles`).
+A prefix given per batch row (a tensor) takes the *tiles* route (:mod:`.tiles`).
 
 Shape legend: B batch, H query heads, Hkv key/value heads, L queries, S keys, E head dim (Ev = E).
 """
@@ -29,14 +30,45 @@ from __future__ import annotations
 
 import torch
 
-from ...core.indices import alignment_offset
-from ...core.mask_algebra import OrMask
-from ...core.mask_kinds import CausalMask, KeyPrefixMask
-from .fused_causal import dense_forward, join_rows
-from .fused_causal_grad import add_causal_grads, summed_grads
-from .fused_gate import forward_op
+from ....core import cost
+from ....core.indices import alignment_offset
+from ....core.mask_algebra import OrMask
+from ....core.mask_kinds import CausalMask, KeyPrefixMask
+from ..kernel.causal import dense_forward, join_rows
+from ..kernel.causal_grad import add_causal_grads, summed_grads
+from ..kernel.eligible import mask_kernel_eligible
+from ..kernel.gate import forward_op
+from .base import KernelRoute
+from .causal import causal_work
 
-__all__ = ["prefix_lm_of", "split_rows", "prefix_lm_forward", "prefix_lm_grads"]
+__all__ = ["PrefixLMRoute", "PREFIX_LM", "prefix_lm_of", "split_rows", "prefix_lm_forward", "prefix_lm_grads"]
+
+
+class PrefixLMRoute(KernelRoute):
+    """Plan: (off, P), the causal part's key position of query 0 and the prefix length. Not for
+    ``scale <= 0``, as the causal route (the kernel's ``is_causal`` path returns NaN there)."""
+
+    name = "fused kernel, prefix-LM (prefix rows unmasked, the others causal)"
+
+    def applies(self, call) -> bool:
+        return call.scale > 0 and prefix_lm_of(call.mask, call.L, call.S) is not None and mask_kernel_eligible(call)
+
+    def plan(self, call) -> tuple[int, int] | None:
+        return prefix_lm_of(call.mask, call.L, call.S)
+
+    def work(self, call, plan):
+        """The prefix rows unmasked against the prefix, the others causal."""
+        B, H, _, L, S, _, Ev = cost.dims(call)
+        off, P = plan
+        r0, p = split_rows(L, S, off, P)
+        computed, calls, extra = causal_work(B, H, L - r0, S, Ev, off + r0, call.q.element_size())
+        return computed + B * H * r0 * p, calls + (r0 > 0), cost.rate("fused_flops", call.q.dtype), extra, 0.0
+
+    def forward(self, call, plan, q, k, v):
+        return prefix_lm_forward(q, k, v, call.scale, *plan)
+
+    def backward(self, call, plan, dout, q, k, v, out, lse, dlse, need):
+        return prefix_lm_grads(dout, q, k, v, lse, dlse, *plan, call.scale, need)
 
 
 def prefix_lm_of(mask, L: int, S: int) -> tuple[int, int] | None:
@@ -88,3 +120,6 @@ def prefix_lm_grads(dout, q, k, v, lse, dlse, off: int, P: int, scale: float, ne
                              (rows(dq, r0, L), dk, dv))
 
     return summed_grads(dout, q, k, v, need, add)
+
+
+PREFIX_LM = PrefixLMRoute()

@@ -1,9 +1,9 @@
 r"""The fused tiles route's segments, computed once per (mask, L, S) and kept in a bounded cache.
 
-:func:`.fused_function.route_of` decides, for every blockwise call and for every estimate ``auto``
+:func:`..routes.first` decides, for every blockwise call and for every estimate ``auto``
 asks of blockwise, which fused route serves it; for masks other than causal and windows (documents,
 padding, prefix-LM, custom predicates) that means reading the mask's tile states on the 256 × 256
-grid and turning them into per-query-block segments (:func:`.fused_tiles.segments_of`): at n = 64
+grid and turning them into per-query-block segments (:func:`.tiles.segments_of`): at n = 64
 that took 190 µs (padding) to 300 µs (document ids) on the 2-core CPU, more than SDPA's whole kernel
 there, against 12 µs from this cache. A model asks the same question with the same mask and shapes
 in every layer and step, so the answer is kept.
@@ -28,9 +28,9 @@ tuple of ints of O(L/256 · S/256) and copies of the mask's tensors.
 from __future__ import annotations
 
 
-from ...core.cache_keys import Snapshot, enabled, snapshot
-from ...core.identity_cache import SnapshotLRU
-from .fused_tiles import Segments, segments_of
+from ....core.cache_keys import Snapshot, enabled, snapshot
+from ....core.identity_cache import SnapshotLRU
+from .tiles import Segments, segments_of
 
 __all__ = ["cached_segments", "clear_cache", "cache_info", "CACHE_ENTRIES"]
 
@@ -58,7 +58,7 @@ def mask_key(mask) -> tuple[tuple | None, Snapshot]:
 
 
 def cached_segments(mask, L: int, S: int) -> Segments | None:
-    """:func:`.fused_tiles.segments_of` of ``mask`` for an (L, S) call, from the cache when an equal
+    """:func:`.tiles.segments_of` of ``mask`` for an (L, S) call, from the cache when an equal
     mask (same key, same tensor contents) was read for the same L and S."""
     mkey, snap = mask_key(mask)
     if mkey is None:

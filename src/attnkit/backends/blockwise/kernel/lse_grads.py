@@ -1,13 +1,13 @@
 r"""Gradients of a tiles-route fused call below float64: the tile loop's backward, fed the kernel's lse.
 
 Used where a row's keys are spread over several kernel calls (the *tiles* route of
-:mod:`.fused_function`: documents, chunks, prefix-LM, ...) and the blocks' key spans do not serve
-(:mod:`.fused_tiles_grad`); the band, causal and dense routes renormalise complete rows instead
-(:mod:`.fused_band_grad`). The fused forward returns out and a
+:mod:`..routes`: documents, chunks, prefix-LM, ...) and the blocks' key spans do not serve
+(:mod:`.tiles_grad`); the band, causal and dense routes renormalise complete rows instead
+(:mod:`.band_grad`). The fused forward returns out and a
 float32 lse. The kernel's own backward
 op rebuilds the weights from that rounded lse with a fast exp and sums half gradients in half, which
 the differential fuzz measured beyond the flash-attention rule; the tile loop's backward
-(:mod:`.backward`) is within it, but needs the row statistics it recomputes the weights from: a
+(:mod:`..loop.backward`) is within it, but needs the row statistics it recomputes the weights from: a
 shift m and a sum ell with :math:`P_{ij} = e^{s_{ij} - m_i} / \ell_i`. The kernel does not hand out
 its row max, so here
 
@@ -23,7 +23,7 @@ its row max, so here
   output by bf16's), which D would hand to every dS: with a dense bias at logits of std 10, dq at
   1.5x the float32 reference's error (fuzz seed 5, full budget, case 5855).
 
-:func:`lse_terms` gives (m, ell, out); the bias routes' backward (:mod:`.fused_relative`) uses it too.
+:func:`lse_terms` gives (m, ell, out); the bias routes' backward (:mod:`..routes.relative`) uses it too.
 
 Then the tile loop's backward runs once with (m, ell): the forward is not repeated. Fully masked
 rows (lse :math:`-\infty`) get m :math:`-\infty` and ell 0, the backward's empty-row convention.
@@ -36,16 +36,16 @@ from __future__ import annotations
 
 import torch
 
-from ...core import online_softmax
-from ..tiling import EMPTY, default_tiles, tile_map
-from .backward import _backward
-from .leaks import dead_filter, drop_dead
-from .plan import _INF, _Plan, _q_tile, _Tiles, _tile_mask
+from ....core import online_softmax
+from ...tiling import EMPTY, default_tiles, tile_map
+from ..loop.backward import loop_backward
+from ..loop.leaks import dead_filter, drop_dead
+from ..loop.plan import INF, Plan, q_tile, Tiles, tile_mask
 
 __all__ = ["kernel_lse_grads", "lse_terms", "tile_plan"]
 
 
-def tile_plan(q, k, mask, scale: float, bias=None) -> _Plan:
+def tile_plan(q, k, mask, scale: float, bias=None) -> Plan:
     """The tile loop's plan of a dot-product call (no dropout; an additive ``bias`` or None) at its
     default tiles, for a backward from the fused kernel's lse."""
     B, H, L, _ = q.shape
@@ -55,28 +55,28 @@ def tile_plan(q, k, mask, scale: float, bias=None) -> _Plan:
     code_rows = tuple(tuple(row) for row in tile_map(mask, L, S, bq, bk).tolist())
     kept = [[ki for ki, c in enumerate(row) if c != EMPTY] for row in code_rows]
     work = torch.float64 if q.dtype == torch.float64 else torch.float32
-    plan = _Plan(B, H, Hkv, L, S, bq, bk, torch.tensor(code_rows, dtype=torch.int8), scale, None, bias, mask,
+    plan = Plan(B, H, Hkv, L, S, bq, bk, torch.tensor(code_rows, dtype=torch.int8), scale, None, bias, mask,
                  0.0, 0, work, scale, kept)
     plan.code_rows = code_rows
     return plan
 
 
-def _row_sums(plan: _Plan, qx, kx, m, v=None):
+def _row_sums(plan: Plan, qx, kx, m, v=None):
     """ell (B, H, L) = sum over kept keys of exp(exp_scale · (s - m)), m (B, H, L) in the tiles' units;
     with ``v`` (B, Hkv, S, Ev) in the work dtype, also the output (B, H, L, Ev) sum(P v) / ell."""
     B, H, L = plan.B, plan.H, plan.L
     acc = None if v is None else torch.zeros(B, H, L, v.shape[-1], dtype=plan.work, device=qx.device)
-    tiles = _Tiles(plan)
+    tiles = Tiles(plan)
     bq, bk = plan.block_q, plan.block_kv
-    shift = torch.where(torch.isneginf(m), _INF, m).unsqueeze(-1)  # (B, H, L, 1): empty rows give 0
+    shift = torch.where(torch.isneginf(m), INF, m).unsqueeze(-1)  # (B, H, L, 1): empty rows give 0
     ell = torch.zeros(B, H, L, 1, dtype=plan.work, device=qx.device)
     dead_cache: dict = {}
     for qi, kblocks in enumerate(plan.kept):
         q0, q1 = qi * bq, min((qi + 1) * bq, L)
-        qt = _q_tile(qx, plan, q0, q1)
+        qt = q_tile(qx, plan, q0, q1)
         for ki in kblocks:
             k0, k1 = ki * bk, min((ki + 1) * bk, plan.S)
-            skip, allowed = _tile_mask(tiles, plan.code_rows[qi][ki], q0, q1, k0, k1, qx.device) if plan.mask is not None else (False, None)
+            skip, allowed = tile_mask(tiles, plan.code_rows[qi][ki], q0, q1, k0, k1, qx.device) if plan.mask is not None else (False, None)
             if skip:
                 continue
             kt, vt = kx[:, :, k0:k1], (None if v is None else v[:, :, k0:k1])
@@ -85,7 +85,7 @@ def _row_sums(plan: _Plan, qx, kx, m, v=None):
                 kt, vt = drop_dead(live, kt, kt if vt is None else vt)
             st = tiles.scores(qt, kt, q0, q1, k0, k1)  # (B, H, l, s)
             if allowed is not None:
-                st = st.masked_fill_(~allowed, -_INF)
+                st = st.masked_fill_(~allowed, -INF)
             pt = online_softmax.exp_(st.sub_(shift[:, :, q0:q1]), plan.exp_scale)
             ell[:, :, q0:q1] += pt.sum(-1, keepdim=True)
             if acc is not None:  # (B, Hkv, g·l, s) @ (B, Hkv, s, Ev) -> (B, H, l, Ev)
@@ -95,7 +95,7 @@ def _row_sums(plan: _Plan, qx, kx, m, v=None):
     return ell.squeeze(-1), acc / torch.where(ell > 0, ell, 1.0)
 
 
-def lse_terms(plan: _Plan, qx, kx, vx, lse):
+def lse_terms(plan: Plan, qx, kx, vx, lse):
     """(m, ell, out) of the module docstring from the fused kernel's ``lse`` (B, H, L, natural
     units): the shift m in the tiles' units, the row sums ell (B, H, L) and the output (B, H, L, Ev)
     recomputed with it; qx, kx, vx in the plan's work dtype."""
@@ -113,6 +113,6 @@ def kernel_lse_grads(q, k, v, lse, dout, dlse, need, mask, scale: float):
     with torch.no_grad():
         m, ell, out = lse_terms(plan, qx, kx, vx, lse)
         dout = torch.zeros(out.shape, dtype=w) if dout is None else dout.to(w)
-        dq, dk, dv, _ = _backward(plan, qx, kx, vx, out, m, ell, dout.contiguous(), dlse, [], need)
+        dq, dk, dv, _ = loop_backward(plan, qx, kx, vx, out, m, ell, dout.contiguous(), dlse, [], need)
     return [g.to(t.dtype) if n else None for g, n, t in zip((dq, dk, dv), need, (q, k, v))]
 

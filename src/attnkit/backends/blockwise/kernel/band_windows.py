@@ -1,8 +1,8 @@
 r"""Gradients of a band's interior blocks: key-major weights, dk and dv accumulated by their GEMMs.
 
-Every interior block of a banded call (:mod:`.fused_band`) holds ``b`` queries and sees the same
+Every interior block of a banded call (:mod:`.band`) holds ``b`` queries and sees the same
 ``w``-key window pattern, one (b, w) mask tile. The gradients are those of
-:func:`.fused_band_grad.rows_backward` (weights rebuilt from the backward's own score GEMM and
+:func:`.band_grad.rows_backward` (weights rebuilt from the backward's own score GEMM and
 renormalised; the forward's lse is only the shift), computed in a layout chosen for speed (one
 thread, window 256, n = 16k, fp32; A/B timings interleaved in one process):
 
@@ -16,7 +16,7 @@ thread, window 256, n = 16k, fp32; A/B timings interleaved in one process):
   ``w - b`` keys, but blocks ``R = ceil(w / b)`` apart never do. So the blocks of a group are
   split into R residue classes, and each class's :math:`\tilde P^\top o` (or :math:`dS'^\top q`)
   is one ``baddbmm_`` into its own keys of the accumulator: no (n, w, E) product is written and
-  added back. When the window is padded to a multiple of 64 keys (:func:`.fused_band_grad.backward_band`:
+  added back. When the window is padded to a multiple of 64 keys (:func:`.band_grad.backward_band`:
   320 keys for a 256-key window, the padding key masked for every query) a class's windows are
   exactly adjacent, its accumulator view is contiguous, and PyTorch runs it as one batched GEMM
   (2.5% faster than the write-and-add-back layout at 319 keys, 0.0 to 1e-7 apart);
@@ -42,7 +42,7 @@ Every key of an interior window is seen by some query of its block, so on the fu
 a non-finite key or value some query sees sends the call to the reference's computation) the
 window's k and v are finite, and the multiply that zeroes a masked weight meets no NaN; the
 padding keys, seen by no query of the block, are used only when they are finite
-(:func:`.fused_band.pad_keys_finite`).
+(:func:`.band.pad_keys_finite`).
 
 Shape legend: B batch, H query heads, Hkv key/value heads (g = H / Hkv), L queries, S keys,
 E head dim; n blocks per GEMM (nb interior blocks per head), b queries per block, w keys per

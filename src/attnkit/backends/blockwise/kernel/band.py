@@ -18,7 +18,7 @@ may see never enters its call (no NaN leak from masked keys; a NaN in an allowed
 row of its block, as in the Python tile loop), except the alignment padding below, which is used
 only when its keys are finite. The few *edge* blocks (windows clipped by the
 sequence ends, the last short block) run one call each on the clipped key range with the mask
-evaluated there; their rows with no allowed key get out 0 and lse -inf (:mod:`.fused_merge`).
+evaluated there; their rows with no allowed key get out 0 and lse -inf (:mod:`.merge`).
 
 Work per useful pair: ``(b + left + right) / (left + right + 1)``; :func:`band_of` takes b = 64
 (32 for windows under 128 keys), which keeps it near 1.25 for a 256-key window. The forward then
@@ -41,7 +41,7 @@ shape (measured with one thread: benchmarks/results/bf16_window.json, bf16_windo
   there (then 44.5 ms against float32's 43.1: bf16_window_amd_epyc.json). float32 keeps b = 64:
   on the route itself (overlapping windows of k and v) taller fp32 blocks were not faster.
 
-The backward is :mod:`.fused_band_grad` (PyTorch's private backward op is not used: fed the
+The backward is :mod:`.band_grad` (PyTorch's private backward op is not used: fed the
 global lse, its float32 weights miss a row sum of 1 by enough to show in dv).
 
 Shape legend: B batch, H query heads, Hkv key/value heads, L queries, S keys, E head dim (Ev = E);
@@ -55,11 +55,11 @@ from dataclasses import dataclass
 
 import torch
 
-from ...core import fresh_memory
-from ...core.cost import HAS_AMX
-from ...core.indices import alignment_offset
-from .fused_gate import forward_op
-from .fused_merge import empty_rows_to_neginf
+from ....core import fresh_memory
+from ....core.cost import HAS_AMX
+from ....core.indices import alignment_offset
+from .gate import forward_op
+from .merge import empty_rows_to_neginf
 
 __all__ = ["Band", "band_of", "tuned", "finite", "pad_keys_finite", "band_forward", "chunks", "CHUNK_ELEMS", "KEY_ALIGN"]
 

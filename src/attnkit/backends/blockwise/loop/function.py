@@ -9,17 +9,17 @@ from __future__ import annotations
 
 import torch
 
-from .backward import _backward
-from .forward import _forward
-from .plan import _Plan
+from .backward import loop_backward
+from .forward import loop_forward
+from .plan import Plan
 
-__all__ = ["_BlockwiseFunction"]
+__all__ = ["BlockwiseFunction"]
 
 
-class _BlockwiseFunction(torch.autograd.Function):
+class BlockwiseFunction(torch.autograd.Function):
     """(plan, qx, kx, v, *params) -> (out in the work dtype, lse in natural units, row max m in the
     tiles' units, row sum ell); m and ell are what the backward recomputes the weights from (see
-    :func:`.forward._forward`), returned so they can be saved, and not differentiable.
+    :func:`.forward.loop_forward`), returned so they can be saved, and not differentiable.
 
     ``setup_context`` is separate from ``forward`` and the forward is functional, so torch.func
     (vmap, grad) can run it: ``generate_vmap_rule`` lets vmap batch it by running it on batched
@@ -28,8 +28,8 @@ class _BlockwiseFunction(torch.autograd.Function):
     generate_vmap_rule = True
 
     @staticmethod
-    def forward(plan: _Plan, qx, kx, v, *params):
-        return _forward(plan, qx, kx, v)
+    def forward(plan: Plan, qx, kx, v, *params):
+        return loop_forward(plan, qx, kx, v)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -49,7 +49,7 @@ class _BlockwiseFunction(torch.autograd.Function):
             dout = torch.zeros_like(out)
         create_graph = torch.is_grad_enabled()  # backward(create_graph=True) / autograd.grad(..., create_graph=True)
         with torch.no_grad():  # first order only: the tiles are rebuilt in place from saved row statistics
-            dq, dk, dv, dparams = _backward(plan, qx, kx, v, out, m, ell, dout.contiguous(), dlse, params, need)
+            dq, dk, dv, dparams = loop_backward(plan, qx, kx, v, out, m, ell, dout.contiguous(), dlse, params, need)
         grads = (
             dq.to(qx.dtype) if need[0] else None,
             dk.to(kx.dtype) if need[1] else None,
@@ -57,7 +57,7 @@ class _BlockwiseFunction(torch.autograd.Function):
             *[None if g is None else g.to(p.dtype) for g, p in zip(dparams, params)],
         )
         if create_graph and not torch._C._functorch.is_functorch_wrapped_tensor(qx):
-            grads = _fail_when_differentiated(grads, (qx, kx, v, dout, dlse, *params))
+            grads = fail_when_differentiated(grads, (qx, kx, v, dout, dlse, *params))
         return (None, *grads)
 
 
@@ -69,7 +69,7 @@ NO_DOUBLE_BACKWARD = (
 )
 
 
-def _fail_when_differentiated(grads: tuple, sources: tuple) -> tuple:
+def fail_when_differentiated(grads: tuple, sources: tuple) -> tuple:
     """The gradients, as outputs of a node that raises :data:`NO_DOUBLE_BACKWARD` if anything
     differentiates through them (``torch.autograd.function.once_differentiable``'s device, with a
     message that names the backend to use). The node also takes the ``sources`` that require grad
@@ -87,15 +87,15 @@ def _fail_when_differentiated(grads: tuple, sources: tuple) -> tuple:
     return tuple(out)
 
 
-class _BlockwiseFunctionCtx(torch.autograd.Function):
+class BlockwiseFunctionCtx(torch.autograd.Function):
     """The same function in the older ``forward(ctx, ...)`` style, used while torch.compile traces:
     Dynamo (torch 2.13) binds the ``ctx`` of a ``setup_context``-style forward to its first
     argument here, the plan. Same forward, same backward."""
 
     @staticmethod
-    def forward(ctx, plan: _Plan, qx, kx, v, *params):
-        outputs = _BlockwiseFunction.forward(plan, qx, kx, v, *params)
-        _BlockwiseFunction.setup_context(ctx, (plan, qx, kx, v, *params), outputs)
+    def forward(ctx, plan: Plan, qx, kx, v, *params):
+        outputs = BlockwiseFunction.forward(plan, qx, kx, v, *params)
+        BlockwiseFunction.setup_context(ctx, (plan, qx, kx, v, *params), outputs)
         return outputs
 
-    backward = _BlockwiseFunction.backward
+    backward = BlockwiseFunction.backward
