@@ -32,7 +32,7 @@ import torch
 
 import attnkit
 from attnkit import masks as M
-from attnkit.backends.blockwise import fused_function
+from attnkit.backends.blockwise.routes import band as fused_function  # the band route's module
 
 from common import record
 
@@ -42,7 +42,9 @@ B, H, E, WINDOW = 1, 8, 64, 256
 
 def _baseline(src: str):
     """``band_grads`` of the checkout at ``src``, loaded as a sibling of this checkout's module."""
-    path = Path(src) / "attnkit" / "backends" / "blockwise" / "fused_band_grad.py"
+    path = Path(src) / "attnkit" / "backends" / "blockwise" / "kernel" / "band_grad.py"
+    if not path.is_file():  # a checkout from before the routes/kernel/loop layout
+        path = Path(src) / "attnkit" / "backends" / "blockwise" / "fused_band_grad.py"
     if not path.is_file():
         raise ValueError(f"--baseline-src must be a checkout's src folder holding {path.relative_to(src)}, got {src!r}")
     spec = importlib.util.spec_from_file_location("attnkit.backends.blockwise._baseline_band_grad", path)

@@ -5,7 +5,7 @@ every variant alike (medians of ``--reps`` calls after one warm-up):
 
 * ``route`` — ``attnkit.attention(q, k, v, mask=masks.sliding_window(255, 0), backend="blockwise")``
   in float32 and bf16, forward (``torch.no_grad()``), with the band tuned per dtype (block size and
-  key padding, :func:`attnkit.backends.blockwise.fused_band.tuned`) and, as the same-run baseline,
+  key padding, :func:`attnkit.backends.blockwise.kernel.band.tuned`) and, as the same-run baseline,
   untuned (``--no-untuned`` skips it): the ratio bf16 / float32 is the goal (<= 0.4);
 * ``kernel`` — PyTorch's fused CPU flash kernel alone on the band's tile shapes: n / b blocks of b
   queries against w keys with one shared additive mask, in float32 and bf16; GFLOP/s over the
@@ -51,7 +51,7 @@ import torch.nn.functional as F
 
 import attnkit
 from attnkit import masks
-from attnkit.backends.blockwise import fused_band
+from attnkit.backends.blockwise.kernel import band as fused_band
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script: the shared helpers
 from common import cpu_flags, record  # noqa: E402

@@ -10,7 +10,7 @@ warm-up, VmHWM - VmRSS, as ``flex_race.py`` measures it):
 * ``blockwise_before`` — the same call on the code under ``--before-src`` (a checkout of the
   previous commit, e.g. ``git worktree add /tmp/pb_before HEAD``); skipped when not given. Each
   row records the path that ran (``path``): the custom bias declares no structure, and runs on the
-  per-key-chunk bias route (``attnkit.backends.blockwise.fused_custom``) where the code has one;
+  per-key-chunk bias route (``attnkit.backends.blockwise.routes.custom``) where the code has one;
 * ``sdpa_dense_bias`` — ``F.scaled_dot_product_attention`` with the dense (1, H, L, S) float bias
   (the mask folded in as -inf), built once outside the timed calls and so not in its peak
   (``dense_bias_mib``: 2 GiB at 8k);

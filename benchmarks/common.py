@@ -213,7 +213,10 @@ def race_call(kind: str, L: int, S: int, dtype, impl: str):
     if impl == "blockwise_before":  # the earlier code has no fused-kernel switch to set
         return (lambda q, k, v: attnkit.attention(q, k, v, mask=mask, backend="blockwise")), "blockwise"
     if impl in ("blockwise_fused", "blockwise_tiles"):
-        from attnkit.backends.blockwise import fused_gate
+        try:
+            from attnkit.backends.blockwise.kernel import gate as fused_gate
+        except ImportError:  # the layout before routes/kernel/loop (--before-src)
+            from attnkit.backends.blockwise import fused_gate
 
         fused_gate.set_enabled(impl == "blockwise_fused")
         return (lambda q, k, v: attnkit.attention(q, k, v, mask=mask, backend="blockwise")), "blockwise"

@@ -6,7 +6,7 @@ The same causal window of ``W`` keys (``--windows``, default 256 and 1024), two 
 * ``custom``  — ``mask=lambda b, h, q_idx, kv_idx: (kv_idx <= q_idx) & (q_idx - kv_idx < W)``, the same
   function object every call, as a model's layers reuse it: its tile map and the additive masks of
   its partly masked segments are evaluated once per shape and cached (:mod:`attnkit.core.tile_map`,
-  :mod:`attnkit.backends.blockwise.segment_masks`), then its non-empty tiles run;
+  :mod:`attnkit.backends.blockwise.kernel.segment_masks`), then its non-empty tiles run;
 * ``sdpa``    — ``F.scaled_dot_product_attention`` with the dense bool mask built once (the yardstick).
 
 Forward only (``torch.no_grad()``), B=1, H=8, E=64, fp32, one thread. The three variants are timed
@@ -44,9 +44,12 @@ try:
 except ImportError:  # an attnkit from before custom predicates had tile maps (--before-src)
     tile_map = None
 try:
-    from attnkit.backends.blockwise import segment_masks
-except ImportError:  # an attnkit from before the fused tiles path cached its segment masks (--before-src)
-    segment_masks = None
+    from attnkit.backends.blockwise.kernel import segment_masks
+except ImportError:
+    try:  # the layout before routes/kernel/loop (--before-src)
+        from attnkit.backends.blockwise import segment_masks
+    except ImportError:  # an attnkit from before the fused tiles path cached its segment masks (--before-src)
+        segment_masks = None
 
 RESULTS = Path(__file__).resolve().parent / "results"
 TARGET = 1.5  # the custom predicate must run within 1.5x of the built-in window

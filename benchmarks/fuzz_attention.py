@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="grid: q and k rounded to halves of integers, so dot scores are exact and the float32 "
                          "reference's error is small beside a backend's systematic one (tests/fuzz/_fuzz_cases._values)")
     ap.add_argument("--custom-route-block", type=int, default=0,
-                    help="blockwise's per-chunk bias route (attnkit.backends.blockwise.fused_custom) in blocks of this many "
+                    help="blockwise's per-chunk bias route (attnkit.backends.blockwise.routes.custom) in blocks of this many "
                          "queries and keys, so small cases span several blocks and lse merges, with the cases' own tile "
                          "sizes dropped (they select the tile loop); counts the calls the route served")
     args = ap.parse_args(argv)
@@ -129,7 +129,10 @@ def main(argv: list[str] | None = None) -> int:
 def _small_custom_route(block: int) -> list[int]:
     """Make blockwise's per-chunk bias route run ``block`` queries by ``block`` keys per kernel call;
     returns a one-item list counting the calls the route served since it was last read."""
-    from attnkit.backends.blockwise import fused_custom
+    try:
+        from attnkit.backends.blockwise.routes import custom as fused_custom
+    except ImportError:  # the layout before routes/kernel/loop
+        from attnkit.backends.blockwise import fused_custom
 
     fused_custom.BLOCK, fused_custom.CHUNK_ELEMS = block, 1
     fused_custom._CACHE.clear()

@@ -1,9 +1,9 @@
 """Prefix-LM on the fused kernel: its own route against the per-block tile route, interleaved.
 
 The blockwise backend serves a prefix-LM mask with one prefix length by
-:mod:`attnkit.backends.blockwise.fused_prefix_lm` (the prefix rows in one unmasked call, the other
+:mod:`attnkit.backends.blockwise.routes.prefix_lm` (the prefix rows in one unmasked call, the other
 rows as one causal call); before that route, such a mask took the tile route
-(:mod:`attnkit.backends.blockwise.fused_tiles`: 256-query blocks, a FULL and a masked segment each,
+(:mod:`attnkit.backends.blockwise.kernel.tiles`: 256-query blocks, a FULL and a masked segment each,
 merged by log-sum-exp), which still serves prefixes given per batch row. Both are timed here on the
 same inputs, call by call in turn in one process (``timing.interleaved_times``), forward
 (``torch.no_grad``) and forward + backward; the tile route is reached by switching the prefix-LM
@@ -35,7 +35,7 @@ def _row(n: int, mode: str, reps: int) -> dict:
 
     import attnkit
     from attnkit import masks
-    from attnkit.backends.blockwise import fused_function
+    from attnkit.backends.blockwise.routes import prefix_lm as fused_function  # the prefix-LM route's module
 
     route_of = fused_function.prefix_lm_of
     g = torch.Generator().manual_seed(n)

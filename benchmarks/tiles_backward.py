@@ -3,8 +3,8 @@
 One process, one thread, fp32, B=1, H=8, E=64. Per mask, the forward + backward of
 ``attnkit.attention(..., backend="blockwise")`` (the fused tiles route) with its backward
 
-* ``span`` — complete rows per query block (:mod:`attnkit.backends.blockwise.fused_tiles_grad`);
-* ``tile_loop`` — the tile loop's backward fed the kernel's lse (:mod:`attnkit.backends.blockwise.fused_grad`),
+* ``span`` — complete rows per query block (:mod:`attnkit.backends.blockwise.kernel.tiles_grad`);
+* ``tile_loop`` — the tile loop's backward fed the kernel's lse (:mod:`attnkit.backends.blockwise.kernel.lse_grads`),
   what ran before, selected by making ``span_grads`` decline;
 
 timed interleaved round by round (load drift hits both alike; medians of ``--reps`` rounds after a
@@ -33,7 +33,7 @@ from common import cpu_flags, record  # noqa: E402
 
 import attnkit  # noqa: E402
 from attnkit import masks as M  # noqa: E402
-from attnkit.backends.blockwise import fused_function  # noqa: E402
+from attnkit.backends.blockwise.routes import tiles as fused_function  # noqa: E402  (the tiles route's module)
 
 RESULTS = Path(__file__).resolve().parent / "results"
 B, H, E = 1, 8, 64

@@ -276,7 +276,7 @@ def test_a_cached_prefix_at_large_logits_merges_relative_to_a_row_shift(L, S):
     # exact scores (halves of integers up to 15, scale 1/2) put |lse| near 350: the prefix's and the
     # square's float32 lse are each rounded to ulp(350) ~ 3e-5, and where the two parts weigh alike
     # an unshifted merge gave 11-14x the float32 reference's error; relative to a row shift both lse
-    # are small and exact to a few ulps (attnkit.backends.blockwise.fused_merge.rows_to_shift)
+    # are small and exact to a few ulps (attnkit.backends.blockwise.kernel.merge.rows_to_shift)
     g = torch.Generator().manual_seed(5)
     q, k = (torch.randint(-30, 31, (1, 2, n, 4), generator=g).float() / 2 for n in (L, S))
     v = torch.randn(1, 2, S, 4, generator=g)

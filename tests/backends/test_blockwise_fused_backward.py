@@ -1,8 +1,8 @@
 """The fused routes' own backward (banded windows, causal, unmasked): renormalised weights, no tile loop.
 
 The backward of the band, causal and dense fused routes rebuilds each row's weights from its own
-score GEMM and renormalises them (:mod:`attnkit.backends.blockwise.fused_band_grad`,
-:mod:`attnkit.backends.blockwise.fused_causal_grad`). Checked here against a float64 oracle
+score GEMM and renormalises them (:mod:`attnkit.backends.blockwise.kernel.band_grad`,
+:mod:`attnkit.backends.blockwise.kernel.causal_grad`). Checked here against a float64 oracle
 (plain PyTorch autograd) and the ``reference`` backend's own float32 error (flash-attention's
 rule: at most twice it, plus a tiny atol):
 

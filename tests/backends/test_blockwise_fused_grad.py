@@ -1,7 +1,7 @@
 """Gradients of the blockwise backend's fused paths below float64: one backward pass, no forward re-run.
 
 Below float64 the gradients come from the tile loop's backward fed the kernel's lse and the row
-sums recomputed with it (:mod:`attnkit.backends.blockwise.fused_grad`). Checked here:
+sums recomputed with it (:mod:`attnkit.backends.blockwise.kernel.lse_grads`). Checked here:
 
 * the tile loop's forward does not run during the backward (it did when gradients came from a
   re-run of the whole call on the tile loop);

@@ -1,5 +1,5 @@
 """Relative-position biases on the blockwise backend's fused kernel
-(:mod:`attnkit.backends.blockwise.fused_relative`) against a float64 oracle.
+(:mod:`attnkit.backends.blockwise.routes.relative`) against a float64 oracle.
 
 The oracle is the ``reference`` backend run on float64 copies of the inputs (bias and mask applied
 densely). The flash-attention rule: the fused float32 result may be off the oracle by at most a

@@ -1,4 +1,4 @@
-"""The blockwise fused route's segment cache (:mod:`attnkit.backends.blockwise.route_cache`) and the
+"""The blockwise fused route's segment cache (:mod:`attnkit.backends.blockwise.kernel.segments_cache`) and the
 cost model's relative-bias route: reuse only when nothing changed (an in-place edit of mask data is
 seen, or the output would be wrong), bounded, the same route and the same ``auto`` choice as
 without the cache, and an estimate for every route the backend runs."""

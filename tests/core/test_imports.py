@@ -152,7 +152,7 @@ def test_the_layer_check_catches_imports_against_the_flow(tmp_path, layer, sourc
 
 # ``import attnkit`` and eager calls never load the compiler stack: torch._dynamo alone brings
 # sympy, torch.onnx and ~880 modules (~1 s). Compile-only code lives in attnkit.core.traced and
-# attnkit.backends.blockwise.traced, imported inside the torch.compile branches. Checked in a fresh
+# attnkit.backends.blockwise.loop.traced, imported inside the torch.compile branches. Checked in a fresh
 # interpreter: this test process has long since loaded them (test_compile).
 _COMPILER_STACK = ("torch._dynamo", "torch.onnx", "sympy")
 

@@ -31,7 +31,7 @@ that say it explicitly: wrap the function in ``masks.custom``, ``biases.score_mo
 A plain mask_mod also gets tile skipping like the built-in masks: its tile states are computed
 once per shape by evaluating it on the tile grid (:mod:`attnkit.core.tile_map`), and on CPU the
 blockwise backend keeps the additive masks of its partly masked tiles per shape too
-(:mod:`attnkit.backends.blockwise.segment_masks`), keyed by a snapshot of what it reads (closure
+(:mod:`attnkit.backends.blockwise.kernel.segment_masks`), keyed by a snapshot of what it reads (closure
 cells, globals, a bound object, tensor contents: :mod:`attnkit.core.cache_keys`), so a changed
 capture is seen; it must still be pure in its indices. Whether it reads ``b`` or ``h`` is read off its result's shape on the first call (a result
 of size 1 along an index axis does not depend on that index), as FlexAttention's ``B=None`` /

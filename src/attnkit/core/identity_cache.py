@@ -1,7 +1,7 @@
 """A bounded, thread-safe LRU whose entries answer only for an equal snapshot of what they were built from.
 
 The tile-map cache (:mod:`attnkit.core.tile_map`), the blockwise route caches
-(:mod:`attnkit.backends.blockwise.route_cache`, :mod:`attnkit.backends.blockwise.fused_custom`)
+(:mod:`attnkit.backends.blockwise.kernel.segments_cache`, :mod:`attnkit.backends.blockwise.routes.custom`)
 key their entries by a :class:`~attnkit.core.cache_keys.Snapshot` of the mask or predicate plus
 the call's shape. The snapshot's key holds every constant the object reads; its tensors are compared
 by content against the copies the entry froze when it was stored, so an entry answers only when a

@@ -1,6 +1,6 @@
 """The band route's interior backward (key-major weights, dk and dv accumulated by their GEMMs).
 
-:mod:`attnkit.backends.blockwise.fused_band_windows` runs the interior blocks of a banded call a
+:mod:`attnkit.backends.blockwise.kernel.band_windows` runs the interior blocks of a banded call a
 group of blocks per GEMM. Checked here, with the group size forced small so that a head's blocks
 span several groups and the last group is short:
 

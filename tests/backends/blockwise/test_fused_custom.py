@@ -1,5 +1,5 @@
 """Additive biases on the blockwise backend's fused kernel per query block and key chunk
-(:mod:`attnkit.backends.blockwise.fused_custom`) against a float64 oracle.
+(:mod:`attnkit.backends.blockwise.routes.custom`) against a float64 oracle.
 
 The oracle is the ``reference`` backend on float64 copies of the inputs (bias and mask applied
 densely). The flash-attention rule: the route's float32 result may be off the oracle by at most a

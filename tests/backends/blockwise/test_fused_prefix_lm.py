@@ -1,4 +1,4 @@
-"""The prefix-LM route on the fused kernel (:mod:`attnkit.backends.blockwise.fused_prefix_lm`).
+"""The prefix-LM route on the fused kernel (:mod:`attnkit.backends.blockwise.routes.prefix_lm`).
 
 Checked against a float64 oracle (plain PyTorch autograd on the materialized mask): in float64 at
 1e-10 on every split of rows the route can make (empty prefix, a prefix longer than the keys, rows

@@ -1,4 +1,4 @@
-"""The tiles route's backward from complete rows per block (:mod:`attnkit.backends.blockwise.fused_tiles_grad`).
+"""The tiles route's backward from complete rows per block (:mod:`attnkit.backends.blockwise.kernel.tiles_grad`).
 
 Checked against a float64 oracle (plain PyTorch autograd), within twice the error of that same
 plain computation in float32 (flash-attention's rule; bf16: within the plain bf16 error), for

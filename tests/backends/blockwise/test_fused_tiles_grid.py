@@ -1,4 +1,4 @@
-"""Which grid the tiles route classifies a mask on (:func:`attnkit.backends.blockwise.fused_tiles.segments_of`).
+"""Which grid the tiles route classifies a mask on (:func:`attnkit.backends.blockwise.kernel.tiles.segments_of`).
 
 The route takes tiles of 256 keys, or of 128 where the mask's structure is finer and that grid
 computes clearly fewer pairs. Checked: the grid each kind of mask gets; that every allowed pair
