@@ -33,7 +33,7 @@ the reference's). Only float32 and float64: bf16 would round the bias to 8 bits 
 
 Gradients: the tile loop's backward (:mod:`..loop.backward`), fed the kernel's lse as the row shift and
 the row sums and the output recomputed with that shift (:func:`..kernel.lse_grads.lse_terms`, as the
-*tiles* route of :mod:`.` does: the output for D = dO · O, which must match the
+*tiles* route (:mod:`.tiles`) does: the output for D = dO · O, which must match the
 weights the backward rebuilds), with the bias's learned tables (T5, Shaw) as inputs, so they get
 gradients; so a forward + backward gains only the forward's share.
 
