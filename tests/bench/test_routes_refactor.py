@@ -55,3 +55,25 @@ def test_every_route_keeps_its_path_estimate_and_auto_choice():
     assert {r["path"] for r in rows.values()} == {r.name for r in routes.ROUTES}  # one case per route
     for name, row in rows.items():
         assert row["verdict"] == "same path, estimate and choice", (name, row)
+
+
+def _ratios(name: str) -> tuple[str, str]:
+    """("between A× and B× (forward) and C× and D×", "load X–Y") of a verdicts file, as the page says them."""
+    doc = _load(name)
+    fwd = [r["forward_ratio"] for r in doc["rows"].values()]
+    both = [r["forward_backward_ratio"] for r in doc["rows"].values()]
+    return (f"between {min(fwd):.2f}× and {max(fwd):.2f}× (forward) and {min(both):.2f}× and {max(both):.2f}×",
+            f"load {min(doc['loadavg_1min']):.0f}–{max(doc['loadavg_1min']):.0f}")
+
+
+def test_the_performance_page_says_what_the_files_say():
+    from _doc_claims import PERFORMANCE, says
+
+    pairs = json.loads(COMPARE.read_text(encoding="utf-8"))["pairs"]
+    later, earlier = _load("routes_refactor_verdicts.json"), _load("routes_refactor_verdicts_run1.json")
+    lo, hi = earlier["rows"]["dropout"]["forward_ratio_range"]
+    says(PERFORMANCE, f"({pairs['small']['cells']:,} and {pairs['full']['cells']:,} of them)",
+         *_ratios("routes_refactor_verdicts.json"), *_ratios("routes_refactor_verdicts_run1.json"),
+         f"forward at {earlier['rows']['document']['forward_ratio']:.2f}× there and "
+         f"{later['rows']['document']['forward_ratio']:.2f}× here",
+         f"({lo:.2f}× to {hi:.2f}×, median {later['rows']['dropout']['forward_ratio']:.2f}× in the later run)")
