@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from attnkit.backends.blockwise.routes import KernelRoute, first
+from attnkit.backends.blockwise.routes import KernelRoute, planned
 
 
 @dataclass
@@ -45,5 +45,5 @@ class Bound:
 def route_of(call) -> Bound | None:
     """The mask route (no bias) that serves ``call``, or None when another route (the tile loop, a
     bias route) does."""
-    route, plan = first(call, "plan")
+    route, plan = planned(call)
     return Bound(route, call, plan) if isinstance(route, KernelRoute) else None

@@ -152,7 +152,7 @@ def _blockwise(call: AttentionCall, block_q: int | None, block_kv: int | None, s
         return run_exact(call)
     if block_q is not None or block_kv is not None:  # asking for tiles asks for the tile loop
         return run_tile_loop(call, block_q, block_kv, seed)
-    route, plan = routes.first(call, "plan")  # the first route of routes.ROUTES that serves the call
+    route, plan = routes.planned(call)  # the first route of routes.ROUTES that serves the call
     return route.run(call, plan, seed)
 
 

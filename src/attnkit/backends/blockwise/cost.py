@@ -19,4 +19,4 @@ __all__ = ["estimate"]
 
 
 def estimate(call: AttentionCall) -> cost.Estimate:
-    return routes.first(call, "estimate")[1]
+    return routes.estimated(call)[1]

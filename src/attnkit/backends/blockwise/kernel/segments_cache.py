@@ -1,6 +1,6 @@
 r"""The fused tiles route's segments, computed once per (mask, L, S) and kept in a bounded cache.
 
-:func:`..routes.first` decides, for every blockwise call and for every estimate ``auto``
+:func:`..routes.planned` decides, for every blockwise call and for every estimate ``auto``
 asks of blockwise, which fused route serves it; for masks other than causal and windows (documents,
 padding, prefix-LM, custom predicates) that means reading the mask's tile states on the 256 × 256
 grid and turning them into per-query-block segments (:func:`.tiles.segments_of`): at n = 64

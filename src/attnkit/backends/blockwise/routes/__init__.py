@@ -1,7 +1,7 @@
 """The blockwise routes, in priority order: :data:`ROUTES`, the one list the runner
-(:func:`attnkit.backends.blockwise.run`) and the cost estimate ``auto`` reads
-(:func:`attnkit.backends.blockwise.cost.estimate`) both walk (:func:`first`), so the path a report
-names is the path that ran. Each route is one module with its estimate beside it; the interface is
+(:func:`attnkit.backends.blockwise.run`, through :func:`planned`) and the cost estimate ``auto``
+reads (:func:`attnkit.backends.blockwise.cost.estimate`, through :func:`estimated`) both walk, so
+the path a report names is the path that ran. Each route is one module with its estimate beside it; the interface is
 :mod:`.base`.
 
 The order: the mask routes (no bias) from the most specific mask kind to any mask that does not
@@ -24,7 +24,7 @@ from .relative import RELATIVE
 from .tile_loop import TILE_LOOP
 from .tiles import TILES
 
-__all__ = ["ROUTES", "Route", "KernelRoute", "BiasRoute", "first", "TILE_LOOP"]
+__all__ = ["ROUTES", "Route", "KernelRoute", "BiasRoute", "planned", "estimated", "TILE_LOOP"]
 
 ROUTES: list[Route] = [
     DENSE,  # no mask: one kernel call
@@ -38,13 +38,22 @@ ROUTES: list[Route] = [
 ]
 
 
-def first(call, ask: str):
-    """(route, answer): the first route of :data:`ROUTES` that applies to ``call`` and whose
-    ``ask`` (``"plan"`` for the runner, ``"estimate"`` for the cost estimate) does not decline it
-    (None); a route may estimate without planning."""
-    for route in ROUTES:
+def planned(call) -> tuple[Route, object]:
+    """(route, plan): the first route of :data:`ROUTES` that applies to ``call`` and whose plan does
+    not decline it (None). The runner's choice."""
+    return _first(call, lambda route: route.plan(call))
+
+
+def estimated(call) -> tuple[Route, dict]:
+    """(route, estimate): the first route of :data:`ROUTES` that applies to ``call`` and whose estimate
+    does not decline it (None); a route may estimate without planning. What ``auto`` weighs."""
+    return _first(call, lambda route: route.estimate(call))
+
+
+def _first(call, ask):
+    for route in ROUTES:  # read at every call: a route inserted into the list is asked from then on
         if route.applies(call):
-            got = getattr(route, ask)(call)
+            got = ask(route)
             if got is not None:
                 return route, got
     raise RuntimeError("no blockwise route served the call: ROUTES must end in the tile loop, which applies to every call")
