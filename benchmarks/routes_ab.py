@@ -28,11 +28,10 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script: the shared helpers
-from common import cpu_flags, record  # noqa: E402
+from common import cpu_flags, record, time_calls  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -66,12 +65,7 @@ def _case(name: str, n: int):
 
 def _median_ms(fn, reps: int) -> float:
     fn()  # warm-up (the kernel's self-test, caches)
-    times = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t) * 1e3)
-    return statistics.median(times)
+    return statistics.median(time_calls(fn, reps, "cpu"))
 
 
 def worker(n: int, reps: int) -> dict:
