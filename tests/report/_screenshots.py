@@ -9,7 +9,8 @@ shoot both pages, one command from the repository root::
     python tests/report/_screenshots.py --build /tmp/report --out /tmp/shots --section seq2seq vision kv_cache
 
 ``--build DIR`` writes ``DIR/index.en.html`` and ``DIR/index.zh.html`` with ``attnkit report --lang en|zh``
-(sections are cached in ``DIR/.cache``, so a second build is quick); without it, pass two pages built
+(sections are cached in ``DIR/.cache``, so a second build is quick; ``--runs R`` reads finished experiment runs
+under ``R`` instead of running them, as ``attnkit report --runs`` does); without it, pass two pages built
 before: ``--en PAGE --zh PAGE``. A section is named by its id (``#vision``) or as ``name=CSS selector``.
 The files are ``OUT/report_{en,zh}_{top,middle,end,<section>}.png``; the committed ones under
 ``docs/screenshots/`` (linked from the README) are the top, middle and end of the quick report.
@@ -79,15 +80,16 @@ def spread(path: Path) -> float:
         return ImageStat.Stat(im.convert("L")).stddev[0]
 
 
-def build(out: Path) -> tuple[Path, Path]:
+def build(out: Path, runs: Path | None = None) -> tuple[Path, Path]:
     """``attnkit report`` at its quick default into ``out``, in English then in Chinese (the second reuses the
-    first's cached sections); returns (English page, Chinese page)."""
+    first's cached sections), reading experiment results under ``runs`` when given; returns (English page, Chinese page)."""
     import shutil
     import subprocess
 
     pages = []
     for lang in ("en", "zh"):
-        subprocess.run([sys.executable, "-m", "attnkit.cli", "report", "--out", str(out), "--lang", lang], check=True)
+        where = ["--runs", str(runs)] if runs is not None else []
+        subprocess.run([sys.executable, "-m", "attnkit.cli", "report", "--out", str(out), "--lang", lang, *where], check=True)
         pages.append(out / f"index.{lang}.html")
         shutil.copyfile(out / "index.html", pages[-1])
     return pages[0], pages[1]
@@ -99,6 +101,7 @@ def _arguments(argv: list[str] | None):
     p = argparse.ArgumentParser(prog="python tests/report/_screenshots.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, default=Path("docs/screenshots"), help="folder of the PNGs (default docs/screenshots)")
     p.add_argument("--build", type=Path, metavar="DIR", help="build the quick report into DIR first, in both languages")
+    p.add_argument("--runs", type=Path, metavar="DIR", help="with --build: read experiment results under DIR (attnkit report --runs)")
     p.add_argument("--en", type=Path, metavar="PAGE", help="the English page (without --build)")
     p.add_argument("--zh", type=Path, metavar="PAGE", help="the Chinese page (without --build)")
     p.add_argument("--section", nargs="*", default=[], metavar="ID",
@@ -119,7 +122,7 @@ def main(argv: list[str] | None = None) -> list[Path]:
     from _browser import start_chromium
 
     args = _arguments(argv)
-    en, zh = build(args.build) if args.build is not None else (args.en, args.zh)
+    en, zh = build(args.build, args.runs) if args.build is not None else (args.en, args.zh)
     targets = dict(t.split("=", 1) if "=" in t else (t, f"#{t}") for t in args.section)
     shots = []
     with tempfile.TemporaryDirectory() as profile:
