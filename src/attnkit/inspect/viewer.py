@@ -9,6 +9,9 @@ https://arxiv.org/abs/2010.11929), a time-series view and a per-head diagnostics
 (:func:`attnkit.inspect.metrics.classify_heads`). Weights show where the softmax put
 its mass; they are not explanations.
 
+The page's own words (headings, labels, notes, tooltips) are in English or Chinese (``lang``), taken from
+:mod:`attnkit.inspect.viewer_text`; :mod:`attnkit.inspect.viewer_language` puts a saved page into the other.
+
 The page needs no network: the script and style are inlined from ``assets/``, the data
 is JSON inside ``<script type="application/json">``, and a Content-Security-Policy
 forbids any fetch. User text (tokens, titles, table cells) is escaped for the
