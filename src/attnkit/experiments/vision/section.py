@@ -127,10 +127,10 @@ def outcome_sentences(results: dict, lang: str = "en") -> list[str]:
                        "ImageNet gains the papers report (below) did not show on this small, low-resolution task at this training budget.",
                        "在这里，没有任何注意力模块以超过种子离散 2σ 的幅度胜过普通网络：论文在 ImageNet 上报告的提升（见下文）"
                        "没有在这个小规模、低分辨率、训练预算有限的任务上出现。"))
-        worse = [LABELS.get(n, n) for n in attn if verdict[n]["label"] == "hurt"]
+        worse = [n for n in attn if verdict[n]["label"] == "hurt"]
         if worse:
-            out.append(_tr(lang, f"{' and '.join(worse)} did worse than the plain network by more than 2σ.",
-                           f"{'和'.join(worse)} 则比普通网络差，且差距超出了 2σ。"))
+            out.append(_tr(lang, f"{' and '.join(_label(n, 'en') for n in worse)} did worse than the plain network by more than 2σ.",
+                           f"{'、'.join(_label(n, 'zh') for n in worse)} 则比普通网络差，且差距超出了 2σ。"))
     return out
 
 
