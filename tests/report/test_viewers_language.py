@@ -47,7 +47,7 @@ def _check_viewer(page: str, lang: str) -> None:
     other = "zh" if lang == "en" else "en"
     markup = _CODE.sub("", page)
     words = json.loads(_WORDS.search(page).group(1))
-    assert words == {k: TEXT[lang][k] for k in ("script", "columns", "labels")}
+    assert words == {k: TEXT[lang][k] for k in ("script", "columns", "labels", "phrases")}
     assert f'<html lang="{TEXT[lang]["page"]["html_lang"]}">' in page
     assert TEXT[lang]["page"]["head_view"] in markup and TEXT[lang]["page"]["matrix_view"] in markup
     shown = [re.sub(r"<[^>]+>", " ", markup), *re.findall(r'aria-label="([^"]*)"', markup)]
@@ -113,3 +113,21 @@ def test_the_report_embeds_viewers_in_its_language(tiny_report, lang):
         _check_viewer(v.read_text(encoding="utf-8"), lang)
     if lang == "zh":
         assert not _HAN.search(" ".join(v.name for v in viewers)) and all(v.name.endswith(".zh.html") for v in viewers)
+
+
+def test_every_reason_a_head_can_get_reads_in_chinese():
+    """The diagnostics' reason cells are English sentences of HeadThresholds.label; the Chinese viewer rewrites them
+    with its phrases (viewer.js ``rephrase``: longest phrase first), leaving numbers and symbols only."""
+    from attnkit.inspect.head_summary import HeadThresholds
+
+    nan = float("nan")
+    base = {"fixed_mass": 0.3, "fixed_position": 0, "entropy": 0.5, "previous_mass": 0.1, "next_mass": 0.1, "self_mass": 0.1,
+            "special_mass": None, "learned_sink_mass": None}
+    cases = [{"fixed_mass": nan}, {"fixed_mass": 0.9}, {"special_mass": 0.9}, {"learned_sink_mass": 0.9}, {"entropy": 0.95},
+             {"previous_mass": 0.7}, {"next_mass": 0.7}, {"self_mass": 0.7}, {}]
+    phrases = sorted(TEXT["zh"]["phrases"].items(), key=lambda kv: -len(kv[0]))
+    for case in cases:
+        _, reason = HeadThresholds().label({**base, **case})
+        for en, zh in phrases:
+            reason = reason.replace(en, zh)
+        assert not re.search(r"[A-Za-z]{2,}", re.sub(r"token|CLS|SEP", "", reason)), reason  # token: the page's word in Chinese too

@@ -342,7 +342,7 @@ def _page(data_json: str, title: str, lang: str) -> str:
         p={k: html.escape(v) for k, v in ui["page"].items()},
         css=_asset("viewer.css"),
         js=_asset("viewer.js"),
-        ui=_json_for_script({k: ui[k] for k in ("script", "columns", "labels")}),
+        ui=_json_for_script({k: ui[k] for k in ("script", "columns", "labels", "phrases")}),
         data=data_json,
     )
 

@@ -11,6 +11,8 @@ Chinese page no English interface text. The script fills the ``{name}`` holes of
     script:   templates the script fills at run time (notes, status lines, tooltips)
     columns:  display names of the diagnostics columns (:meth:`HeadSummary.columns`)
     labels:   display names of the head labels (:func:`attnkit.inspect.metrics.classify_heads`)
+    phrases:  English phrases of the diagnostics' ``reason`` cells (``"fixed_mass 0.61 < 0.8, entropy ..."``, written by
+              :meth:`attnkit.inspect.head_summary.HeadThresholds.label`) and their replacements, longest first
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ _EN = {
     },
     "columns": {},
     "labels": {},
+    "phrases": {},
 }
 
 _ZH = {
@@ -89,6 +92,14 @@ _ZH = {
     "labels": {
         "dead": "停放型", "uniform": "均匀型", "positional-previous": "看前一个 token", "positional-next": "看后一个 token",
         "positional-self": "看自己", "content": "看内容",
+    },
+    "phrases": {
+        "no valid rows (every row fully masked, or all of its mass on an attention sink)":
+            "没有有效的行（每一行都被完全掩码，或全部权重都在注意力汇点上）",
+        "(on the attention sink, no key)": "（在注意力汇点上，不在任何键上）",
+        "max positional mass": "最大位置权重", "learned_sink_mass": "可学习汇点权重", "special_mass": "[CLS]/[SEP] 权重",
+        "previous_mass": "前一个 token 权重", "next_mass": "后一个 token 权重", "self_mass": "自身权重",
+        "fixed_mass": "固定位置权重", "entropy": "熵", "on key": "位于键", ", ": "，",
     },
 }
 

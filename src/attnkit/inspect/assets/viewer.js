@@ -39,6 +39,13 @@
       return values && Object.prototype.hasOwnProperty.call(values, name) ? String(values[name]) : m;
     });
   }
+  /* A diagnostics reason ("fixed_mass 0.61 < 0.8, ...") with its English phrases replaced (UI.phrases, longest first). */
+  function rephrase(text) {
+    Object.keys(UI.phrases).sort(function (a, b) { return b.length - a.length; }).forEach(function (p) {
+      text = text.split(p).join(UI.phrases[p]);
+    });
+    return text;
+  }
   function clear(node) { while (node.firstChild) { node.removeChild(node.firstChild); } }
   function color(h) { return COLORS[h % COLORS.length]; }
   function rgba(hex, a) {
@@ -448,7 +455,7 @@
     if (!data.diagnostics) { return; }
     $("ak-diag-view").hidden = false;
     var cols = data.diagnostics.columns, table = $("ak-diag");
-    var li = cols.indexOf("layer"), hi = cols.indexOf("head"), lab = cols.indexOf("label");
+    var li = cols.indexOf("layer"), hi = cols.indexOf("head"), lab = cols.indexOf("label"), why = cols.indexOf("reason");
     var thead = el("thead"), tr = el("tr");
     cols.forEach(function (c) { tr.appendChild(el("th", null, UI.columns[c] || c)); });
     thead.appendChild(tr);
@@ -459,6 +466,7 @@
       r.forEach(function (v, k) {
         var text = v === null ? "\u2014" : (typeof v === "number" && !Number.isInteger(v) ? v.toFixed(3) : String(v));
         if (k === lab && UI.labels[text]) { text = UI.labels[text]; }  // a head label, in the page's language
+        if (k === why) { text = rephrase(text); }
         row.appendChild(el("td", typeof v === "number" ? null : "ak-text", text));
       });
       if (li >= 0 && hi >= 0) {
