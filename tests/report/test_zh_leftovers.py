@@ -25,3 +25,10 @@ def test_the_kv_step_times_name_the_models_in_chinese():
     zh, en = growth_sentence(growth, "zh"), growth_sentence(growth, "en")
     assert "1 层：前八分之一 1.00 毫秒" in zh and "4 层：" in zh and "layer" not in zh
     assert "1 layer: 1.00 ms" in en and "4 layers: 2.00 ms" in en
+
+
+def test_the_committed_decoding_table_names_the_models_in_chinese():
+    from attnkit.experiments.kv_cache.experiment import _model_name
+
+    assert _model_name("4_layer", "zh") == "4 层" and _model_name("1_layer", "zh") == "1 层"
+    assert _model_name("4_layer", "en") == "4 layer" and _model_name("gpt2_like", "zh") == "gpt2 like"
