@@ -154,7 +154,7 @@ def test_hostile_tokens_stay_text(driver, page):
         assert tok.find_elements(By.XPATH, "./*") == []  # no element was created from it
     img_tok = driver.find_elements(By.CSS_SELECTOR, "#ak-left .ak-tok")[4]
     assert img_tok.get_attribute("textContent") == TOKENS[4]
-    assert driver.execute_script("return document.querySelectorAll('script').length") == 2
+    assert driver.execute_script("return document.querySelectorAll('script').length") == 3
     assert driver.execute_script("return document.querySelectorAll('img').length") == 0
     assert driver.execute_script("return window.__pwned === undefined")
     assert driver.title == f"viewer test {EVIL}"

@@ -149,3 +149,14 @@ def test_an_experiment_folder_that_fails_to_import_is_a_failed_section(tmp_path,
     run = write_report(tmp_path, [sec], log=lambda m: None)
     assert run.failed == ["experiment-broken"]
     assert "attnkit.experiments.broken failed to import: SyntaxError" in run.path.read_text(encoding="utf-8")
+
+
+def test_the_cached_section_depends_on_the_shared_drawing_code():
+    # a run's figures are cached with its numbers: the code that draws them (the MiniLM head grid's colour bar
+    # lives in attnkit.inspect.plots) is part of the key, so a changed label is drawn again, not served stale
+    from attnkit.experiments import get
+    from attnkit.report.experiment_section import DRAWING_MODULES, experiment_modules
+
+    modules = experiment_modules(get("minilm_maps"))
+    assert {"attnkit.inspect.plots", "attnkit.inspect.figure_text"} <= set(DRAWING_MODULES) <= set(modules)
+    assert "attnkit.experiments.minilm.viz" in modules

@@ -161,6 +161,15 @@ def test_chinese_values_are_translated(pages):
     assert "# 1. 每个查询给每个键打分" in pages["zh"]["text"]  # the NumPy code's comments are Chinese too
 
 
+def test_the_chinese_page_shows_no_english_leftovers(pages):
+    """What a reader once found in English on the Chinese page: a metric's code name in prose, a backend's setting,
+    the interactive viewers' interface (code blocks and links' targets aside)."""
+    text = re.sub(r"<pre>.*?</pre>|<code[^>]*>.*?</code>", "", _without_pending(pages["zh"]["text"]), flags=re.S)
+    text = re.sub(r"<[^>]+>", " ", text)
+    for word in ("exact_match", "blockwise, window", "Open the interactive viewer", "Interactive viewers", "attention viewer"):
+        assert word not in text, word
+
+
 def test_chinese_figures_are_drawn_apart_when_a_font_exists(tiny_report, pages):
     zh_figs = {s["id"]: s["figures"] for s in pages["zh"]["sections"]}
     en_figs = {s["id"]: s["figures"] for s in pages["en"]["sections"]}

@@ -95,3 +95,14 @@ def test_a_prose_section_on_the_page_is_rendered_each_time(tmp_path):
     page = run.path.read_text(encoding="utf-8")
     assert run.failed == [] and run.cached == [] and "Misconception: attention began with the Transformer" in page
     assert not (tmp_path / ".cache" / "misconception_older.json").exists()
+
+
+def test_a_transformer_below_a_recurrent_model_carries_the_caveat():
+    # the quick run the page once quoted: Transformer 29.0 below the RNN without attention 31.7, with no word
+    by = {"rnn": {"overall": 31.7}, "luong": {"overall": 20.0}, "transformer": {"overall": 29.0}}
+    en = older._transformer_caveat(by, {"std": {"transformer": 1.2}}, "en")
+    zh = older._transformer_caveat(by, {"std": {"transformer": 1.2}}, "zh")
+    assert "scores 29.0 ± 1.2, below" in en and "not that the Transformer is worse" in en
+    assert older.LABELS["rnn"][0] in en and older.LABELS["luong"][0] not in en  # only the models above it
+    assert "29.0 ± 1.2" in zh and "而不是 Transformer 更差" in zh
+    assert older._transformer_caveat({**by, "transformer": {"overall": 50.0}}, {"std": {}}, "en") == ""

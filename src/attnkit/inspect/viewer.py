@@ -9,6 +9,9 @@ https://arxiv.org/abs/2010.11929), a time-series view and a per-head diagnostics
 (:func:`attnkit.inspect.metrics.classify_heads`). Weights show where the softmax put
 its mass; they are not explanations.
 
+The page's own words (headings, labels, notes, tooltips) are in English or Chinese (``lang``), taken from
+:mod:`attnkit.inspect.viewer_text`; :mod:`attnkit.inspect.viewer_language` puts a saved page into the other.
+
 The page needs no network: the script and style are inlined from ``assets/``, the data
 is JSON inside ``<script type="application/json">``, and a Content-Security-Policy
 forbids any fetch. User text (tokens, titles, table cells) is escaped for the
@@ -39,6 +42,7 @@ import torch
 from torch import Tensor
 
 from attnkit.inspect.layer_list import as_layer_list
+from attnkit.inspect.viewer_text import ui_text
 
 __all__ = ["render_html", "save_html"]
 
@@ -255,14 +259,15 @@ def render_html(
     *,
     key_tokens: Sequence[str] | None = None,
     index: int = 0,
-    title: str = "attnkit attention viewer",
+    title: str | None = None,
     patch_grid: tuple[int, int] | None = None,
     num_prefix_tokens: int = 0,
     image=None,
     series=None,
-    series_name: str = "series",
+    series_name: str | None = None,
     diagnostics=None,
     decimals: int = 4,
+    lang: str = "en",
 ) -> str:
     """One self-contained HTML page (a string) to explore the attention of one sequence.
 
@@ -273,7 +278,7 @@ def render_html(
         tokens: labels of the L queries, and of the keys too when ``key_tokens`` is None
             (then L must equal S); default "0", "1", ...
         key_tokens: labels of the S keys, for cross-attention.
-        title: page title.
+        title: page title; default "attnkit attention viewer" in ``lang``.
         patch_grid: (h, w): keys ``num_prefix_tokens:`` form an h x w patch grid in raster
             order; adds a patch view (click a patch to make it the query when L == S).
         num_prefix_tokens: keys before the patches ([CLS], registers).
@@ -281,11 +286,13 @@ def render_html(
             (3|4, H, W), uint8 or float in [0, 1]; embedded as PNG.
         series: optional 1-D values, one per key (length S; NaN = gap); adds a time-series
             view where the selected step's attention over the steps is drawn as shading.
-        series_name: legend name of ``series``.
+        series_name: legend name of ``series``; default "series" in ``lang``.
         diagnostics: a :class:`~attnkit.inspect.metrics.HeadSummary` or a list of dict rows
             to show as a table (rows with "layer" and "head" select that head on click).
         decimals: weights are rounded to this many decimals (stored as integers) to keep
             the page small.
+        lang: the language of the page's own words (``"en"`` or ``"zh"``,
+            :mod:`attnkit.inspect.viewer_text`); the tokens and title are shown as given.
 
     Returns:
         the HTML document as a string.
@@ -295,6 +302,8 @@ def render_html(
     _, L, S = layers[0].shape
     if isinstance(decimals, bool) or not isinstance(decimals, int) or not 1 <= decimals <= 6:
         raise ValueError(f"decimals must be an int in [1, 6]; got {decimals!r}")
+    ui = ui_text(lang)
+    title = ui["page"]["default_title"] if title is None else title
     if not isinstance(title, str):
         raise TypeError(f"title must be a str; got {type(title).__name__}")
     queries, keys = _query_key_labels(tokens, key_tokens, L, S)
@@ -318,15 +327,23 @@ def render_html(
     elif image is not None:
         raise ValueError("image is drawn under the patch grid: pass patch_grid=(h, w) too")
     if series is not None:
-        data["series"] = _series_data(series, series_name, S)
+        data["series"] = _series_data(series, ui["page"]["default_series"] if series_name is None else series_name, S)
     if diagnostics is not None:
         data["diagnostics"] = _diagnostics(diagnostics)
 
+    return _page(_json_for_script(data), title, lang)
+
+
+def _page(data_json: str, title: str, lang: str) -> str:
+    """The page around ``data_json`` (already escaped for a script element), its words in ``lang``."""
+    ui = ui_text(lang)
     return _PAGE.format(
         title=html.escape(title),
+        p={k: html.escape(v) for k, v in ui["page"].items()},
         css=_asset("viewer.css"),
         js=_asset("viewer.js"),
-        data=_json_for_script(data),
+        ui=_json_for_script({k: ui[k] for k in ("script", "columns", "labels", "phrases")}),
+        data=data_json,
     )
 
 
@@ -340,10 +357,10 @@ def save_html(path: str | Path, attentions, tokens: Sequence[str] | None = None,
     return path
 
 
-# The page skeleton. Only {title} (escaped), the two assets and the escaped JSON go in;
+# The page skeleton. Only {title} and the words {p[...]} (escaped), the two assets and the escaped JSON go in;
 # everything the user typed reaches the DOM through textContent in viewer.js.
 _PAGE = """<!DOCTYPE html>
-<html lang="en">
+<html lang="{p[html_lang]}">
 <head>
 <meta charset="utf-8">
 <meta http-equiv="Content-Security-Policy" content="default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:">
@@ -358,48 +375,49 @@ _PAGE = """<!DOCTYPE html>
 <body>
 <h1 id="ak-title"></h1>
 <div id="ak-sub" class="ak-sub"></div>
-<noscript>This viewer needs JavaScript.</noscript>
+<noscript>{p[noscript]}</noscript>
 <div class="ak-controls">
-  <label>Layer<select id="ak-layer" aria-label="layer"></select></label>
-  <label>Head<select id="ak-head" aria-label="head"></select></label>
+  <label>{p[layer]}<select id="ak-layer" aria-label="{p[aria_layer]}"></select></label>
+  <label>{p[head]}<select id="ak-head" aria-label="{p[aria_head]}"></select></label>
   <span id="ak-status" class="ak-status" aria-live="polite"></span>
 </div>
 <div class="ak-grid">
 <section id="ak-head-view" class="ak-section">
-  <h2>Head view</h2>
+  <h2>{p[head_view]}</h2>
   <div id="ak-legend" class="ak-legend"></div>
   <div class="ak-hv">
     <div id="ak-left" class="ak-col ak-left"></div>
-    <svg id="ak-lines" class="ak-lines" role="img" aria-label="attention lines"></svg>
+    <svg id="ak-lines" class="ak-lines" role="img" aria-label="{p[aria_lines]}"></svg>
     <div id="ak-right" class="ak-col ak-right"></div>
   </div>
   <div id="ak-hv-note" class="ak-note"></div>
 </section>
 <section id="ak-matrix-view" class="ak-section">
-  <h2>Matrix view</h2>
+  <h2>{p[matrix_view]}</h2>
   <canvas id="ak-matrix" class="ak-canvas"></canvas>
   <div id="ak-matrix-note" class="ak-note"></div>
   <div id="ak-matrix-info" class="ak-info"></div>
 </section>
 <section id="ak-patch-view" class="ak-section" hidden>
-  <h2>Patch view</h2>
-  <label>Query<select id="ak-patch-query" aria-label="patch query"></select></label>
+  <h2>{p[patch_view]}</h2>
+  <label>{p[query]}<select id="ak-patch-query" aria-label="{p[aria_patch_query]}"></select></label>
   <canvas id="ak-patch" class="ak-canvas"></canvas>
   <div id="ak-patch-info" class="ak-info"></div>
 </section>
 </div>
 <section id="ak-series-view" class="ak-section" hidden>
-  <h2>Time series</h2>
-  <label>Step <input id="ak-step" type="range" step="1" aria-label="time step"></label>
+  <h2>{p[time_series]}</h2>
+  <label>{p[step]} <input id="ak-step" type="range" step="1" aria-label="{p[aria_step]}"></label>
   <span id="ak-step-label" class="ak-status"></span>
-  <div><svg id="ak-series" role="img" aria-label="series with attention shading"></svg></div>
+  <div><svg id="ak-series" role="img" aria-label="{p[aria_series]}"></svg></div>
   <div id="ak-series-info" class="ak-info"></div>
 </section>
 <section id="ak-diag-view" class="ak-section" hidden>
-  <h2>Head diagnostics</h2>
-  <div class="ak-note">Click a row to show that head. Numbers are means over queries; see attnkit.inspect.metrics.</div>
+  <h2>{p[diagnostics]}</h2>
+  <div class="ak-note">{p[diag_note]}</div>
   <table id="ak-diag" class="ak-table"></table>
 </section>
+<script type="application/json" id="ak-ui">{ui}</script>
 <script type="application/json" id="ak-data">{data}</script>
 <script>
 {js}

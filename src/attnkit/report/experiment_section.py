@@ -31,11 +31,18 @@ from ..page.story import SectionContext, StorySection
 from .cache import file_hash, source_hash
 
 
+#: The shared drawing code an experiment's run draws its figures with: a run's figures are part of what the
+#: section caches, so a change here (a colour bar's label, a figure's words) runs the experiment again, as a
+#: fresh report would draw it (the MiniLM head grid, for one, lives in attnkit.inspect.plots).
+DRAWING_MODULES = ("attnkit.inspect.plots", "attnkit.inspect.figure_text", "attnkit.page.figures")
+
+
 def experiment_modules(exp: Experiment) -> tuple[str, ...]:
-    """Every module of the experiment's folder (its code: what the cached numbers depend on)."""
+    """Every module of the experiment's folder and the shared drawing code (:data:`DRAWING_MODULES`): what the
+    cached numbers and figures depend on."""
     pkg = type(exp).__module__.rsplit(".", 1)[0]
     path = sys.modules[pkg].__path__
-    return (pkg, *sorted(f"{pkg}.{m.name}" for m in pkgutil.iter_modules(path) if not m.ispkg))
+    return (pkg, *sorted(f"{pkg}.{m.name}" for m in pkgutil.iter_modules(path) if not m.ispkg), *DRAWING_MODULES)
 
 
 def overrides_for(exp: Experiment, ctx: SectionContext) -> dict:

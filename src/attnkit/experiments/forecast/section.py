@@ -96,10 +96,11 @@ def _linear_sentence(models: dict, lang: str) -> str | None:
 
 
 def _n_params(models: dict, best: str, lang: str = "en") -> str:
+    """The attention model's size against the linear model's, in parameters: a count, not the run's training time,
+    which a machine shared with other jobs stretches by its load."""
     p, q = int(models[best]["params"]["mean"]), int(models["dlinear"]["params"]["mean"])
-    t, u = models[best]["train_s"]["mean"], models["dlinear"]["train_s"]["mean"]
-    return tr(lang, f"it has {p:,} parameters against {q:,} and trained for {t:.0f} s against {u:.0f} s",
-              f"它有 {p:,} 个参数（线性模型 {q:,} 个），训练 {t:.0f} 秒（线性模型 {u:.0f} 秒）")
+    return tr(lang, f"it has {p:,} parameters against the linear model's {q:,}",
+              f"它有 {p:,} 个参数（线性模型 {q:,} 个）")
 
 
 _LAG_ZH = {"daily": "日", "weekly": "周"}
@@ -179,7 +180,7 @@ def reading(setting: dict, data_name: str, lang: str = "en") -> list[str]:
                       f"测试 MSE（标准化）最低的是 {ranked[0]}（{_pm(models[ranked[0]], 'mse')}）；排序：{'、'.join(ranked)}。"))
     if "lstm" in models and "lstm_attention" in models:
         out.append(_lstm_sentence(models, lang))
-    if all("params" in m and "train_s" in m for m in models.values()):
+    if all("params" in m for m in models.values()):
         s = _linear_sentence(models, lang)
         if s:
             out.append(s)
@@ -250,8 +251,8 @@ def _full_table(st: dict, lang: str) -> str:
     rows = [[n, m["seeds"], _pm(m, "mse"), _pm(m, "mae"), *(_pm(m, k) for k in orig), int(m["params"]["mean"]),
              f"{m['train_s']['mean']:.1f}", f"{m['epochs']['mean']:.1f}" if "epochs" in m else "—"] for n, m in st["models"].items()]
     cols = [k.replace("mse_orig[", "MSE ").replace("mae_orig[", "MAE ").rstrip("]") for k in orig]
-    head = (["模型", "种子数", "MSE", "MAE", *cols, "参数量", "训练秒数", "epoch 数"] if lang == "zh" else
-            ["model", "seeds", "MSE", "MAE", *cols, "params", "train s", "epochs"])
+    head = (["模型", "种子数", "MSE", "MAE", *cols, "参数量", "训练秒数（共用机器）", "epoch 数"] if lang == "zh" else
+            ["model", "seeds", "MSE", "MAE", *cols, "params", "train s (shared machine)", "epochs"])
     note = tr(lang, "Columns named after a data column (e.g. MSE OT) are that column's error in its original units, before scaling.",
               "以数据列命名的列（如 MSE OT）是该列在原始单位下（标准化之前）的误差。") if orig else ""
     return table(head, rows) + (f"<p class='note'>{esc(note)}</p>" if note else "")

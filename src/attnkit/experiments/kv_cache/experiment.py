@@ -14,6 +14,7 @@ Shapes: prompt (B=1, 8) tokens; generated (B=1, 8 + n) tokens.
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 
@@ -76,6 +77,17 @@ def committed_decoding(root: str | Path | None, out_dir: str | Path | None = Non
 GROWS = 1.1  # a last-eighth step at least 10 % slower than a first-eighth one is called growth
 
 
+def _model_zh(name: str) -> str:
+    """A benchmark model's name on the Chinese page ("4 layers" -> "4 层")."""
+    return re.sub(r"(\d+) layers?", r"\1 层", name)
+
+
+def _model_name(key: str, lang: str) -> str:
+    """A benchmark model's key ("4_layer") in the page's language: "4 layer" or "4 层"."""
+    name = key.replace("_", " ")
+    return _model_zh(name) if lang == "zh" else name
+
+
 def growth_sentence(growth: list[dict] | None, lang: str) -> str:
     """The committed benchmark's median step time with the cache, early and late in a 1,024-token
     generation, per model, and what it shows: growth with t, or a step dominated by its fixed work."""
@@ -83,7 +95,7 @@ def growth_sentence(growth: list[dict] | None, lang: str) -> str:
         return ""
     sep = "; " if lang == "en" else "；"
     nums = sep.join(tr(lang, f"{g['model']}: {g['first']:.2f} ms in the first eighth, {g['last']:.2f} ms in the last ({100 * (g['last'] / g['first'] - 1):+.0f} %)",
-                       f"{g['model']}：前八分之一 {g['first']:.2f} 毫秒，最后八分之一 {g['last']:.2f} 毫秒（{100 * (g['last'] / g['first'] - 1):+.0f} %）")
+                       f"{_model_zh(g['model'])}：前八分之一 {g['first']:.2f} 毫秒，最后八分之一 {g['last']:.2f} 毫秒（{100 * (g['last'] / g['first'] - 1):+.0f} %）")
                     for g in growth)
     grew = [g for g in growth if g["last"] >= GROWS * g["first"]]
     n = growth[0]["tokens"]
@@ -190,7 +202,7 @@ def render(data: dict, lang: str) -> str:
     if data.get("committed"):
         more = table([tr(lang, "model", "模型"), tr(lang, "dynamic tok/s", "动态缓存 token/秒"), tr(lang, "static tok/s", "静态缓存 token/秒"),
                       tr(lang, "sdpa raw tok/s", "直接调用 sdpa token/秒"), tr(lang, "recompute tok/s", "重算 token/秒")],
-                     [[c["model"].replace("_", " "), *(f"{c.get(k, float('nan')):.1f}" for k in ("dynamic", "static", "sdpa_raw", "recompute"))]
+                     [[_model_name(c["model"], lang), *(f"{c.get(k, float('nan')):.1f}" for k in ("dynamic", "static", "sdpa_raw", "recompute"))]
                       for c in data["committed"]])
         if data.get("committed_png") and Path(data["committed_png"]).is_file():
             html += growth_sentence(data.get("growth"), lang)

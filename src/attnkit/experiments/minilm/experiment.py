@@ -17,6 +17,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from ...inspect.viewer_language import language_copy
 from ...page.html import details, esc, figure, so_what, table
 from ...page.i18n import tr
 from ..lab.context import RunContext
@@ -70,7 +71,8 @@ class MiniLMMaps(Experiment):
         except ValueError:
             rel = Path(self.name)
             shutil.copytree(viz_dir, out_dir / rel, dirs_exist_ok=True)
-        viewer = (rel / "attention.html").as_posix()
+        # the viewer in the page's language (the same weights): attention.html in English, attention.zh.html in Chinese
+        viewer = (rel / language_copy(viz_dir / "attention.html", out_dir / rel, lang).name).as_posix()
         files = {k: run_dir / v for k, v in results["files"].items()}
         html = "<p>" + tr(
             lang,
@@ -93,7 +95,7 @@ class MiniLMMaps(Experiment):
                           f'<a href="{esc(viewer)}">在单独页面打开交互式查看器</a>（选择层和头，把鼠标悬停在 token 上）。') + "</p>"
         # the viewer page itself, inside the report (it is self-contained, so the frame works offline); at page
         # width its head view and matrix view stack, and 1,300 px shows both whole for a sentence of ~16 tokens
-        more += (f'<iframe src="{esc(viewer)}" title="attention viewer" loading="lazy" '
+        more += (f'<iframe src="{esc(viewer)}" title="{esc(tr(lang, "attention viewer", "注意力查看器"))}" loading="lazy" '
                  'style="width:100%;height:1300px;border:1px solid #ccc"></iframe>')
         html += details(tr(lang, "The interactive viewer: every layer and head", "交互式查看器：每一层、每一个头"), more)
         html += details(tr(lang, "What each head does: labels, and which heads matter when removed", "每个头在做什么：标签，以及去掉哪些头影响最大"),

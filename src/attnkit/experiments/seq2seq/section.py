@@ -321,8 +321,8 @@ def _run_html(results, run_dir: Path, lang: str, fold: bool = False, teach: tupl
     main, html = html, []
     rows = [[_label(n, lang), r["width"], f"{r['params']:,}", f"{100 * (r['params'] / results['budget'] - 1):+.1f} %",
              _fmt(r["train_time_s"], 0), ", ".join(str(e) for e in r.get("epochs", []))] for n, r in results["models"].items()]
-    html.append(table([name_col] + (["宽度", "参数量", "相对预算", "训练时间（秒）", "各种子的 epoch 数"] if lang == "zh" else
-                                    ["width", "parameters", "vs budget", "training time (s)", "epochs per seed"]), rows))
+    html.append(table([name_col] + (["宽度", "参数量", "相对预算", "训练时间（秒，共用机器）", "各种子的 epoch 数"] if lang == "zh" else
+                                    ["width", "parameters", "vs budget", "training time (s, shared machine)", "epochs per seed"]), rows))
     if results.get("examples"):
         names = list(results["models"])
         rows = [[e["source"], e["reference"]] + [e.get(n, "") for n in names] for e in results["examples"]]

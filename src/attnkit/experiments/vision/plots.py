@@ -49,8 +49,7 @@ def verdicts(models: dict) -> dict:
         out[name] = {
             "delta_acc": delta, "spread": spread, "label": label,
             "extra_params": m["params"] - base["params"], "params_ratio": m["params"] / base["params"],
-            "flops_ratio": m["flops"] / base["flops"] if base["flops"] else None,
-            "time_ratio": m["train_time_s"]["mean"] / base["train_time_s"]["mean"] if base["train_time_s"]["mean"] else None,
+            "flops_ratio": m["flops"] / base["flops"] if base["flops"] else None,  # cost counted, not timed: load-independent
         }
     return out
 

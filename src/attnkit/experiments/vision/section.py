@@ -16,7 +16,8 @@ the committed benchmark ``benchmarks/results/vision_cost.json``, read when the s
 
 from __future__ import annotations
 
-import shutil
+import html
+import re
 from pathlib import Path
 
 from ...page.html import details, esc, figure, so_what, table
@@ -126,10 +127,10 @@ def outcome_sentences(results: dict, lang: str = "en") -> list[str]:
                        "ImageNet gains the papers report (below) did not show on this small, low-resolution task at this training budget.",
                        "在这里，没有任何注意力模块以超过种子离散 2σ 的幅度胜过普通网络：论文在 ImageNet 上报告的提升（见下文）"
                        "没有在这个小规模、低分辨率、训练预算有限的任务上出现。"))
-        worse = [LABELS.get(n, n) for n in attn if verdict[n]["label"] == "hurt"]
+        worse = [n for n in attn if verdict[n]["label"] == "hurt"]
         if worse:
-            out.append(_tr(lang, f"{' and '.join(worse)} did worse than the plain network by more than 2σ.",
-                           f"{'和'.join(worse)} 则比普通网络差，且差距超出了 2σ。"))
+            out.append(_tr(lang, f"{' and '.join(_label(n, 'en') for n in worse)} did worse than the plain network by more than 2σ.",
+                           f"{'、'.join(_label(n, 'zh') for n in worse)} 则比普通网络差，且差距超出了 2σ。"))
     return out
 
 
@@ -189,27 +190,35 @@ def looking_sentences(results: dict, lang: str = "en", image_concentration: dict
     return out
 
 
+#: The cost columns of :func:`results_table`: (result key, English header, Chinese header, format). Both are
+#: counted, not timed, so they do not change with the machine's load: the run's wall-clock training times
+#: (``train_time_s``, ``images_per_s``) were taken on a machine shared with other jobs and are not a cost.
+COST_COLUMNS = (("params", "parameters", "参数量", lambda v: f"{v:,}"),
+                ("flops", "MFLOPs / image", "每张图像 MFLOPs", lambda v: f"{v / 1e6:.2f}"))
+
+
 def results_table(results: dict, lang: str = "en") -> str:
-    """Accuracy, difference to the ResNet, parameters, FLOPs and time per model, with the columns explained."""
+    """Accuracy, difference to the ResNet, and the cost per model (:data:`COST_COLUMNS`), with the columns explained."""
     verdict = results.get("verdict", {})
     rows = []
     for name, m in results["models"].items():
         v = verdict.get(name)
         rows.append([_label(name, lang), f"{_pct(m['acc']['mean'])} ± {_pct(m['acc']['std'])}",
                      f"{100 * v['delta_acc']:+.2f} ± {100 * v['spread']:.2f} ({VERDICT_WORDS[v['label']][1 if lang == 'zh' else 0]})" if v else "—",
-                     f"{m['params']:,}", f"{m['flops'] / 1e6:.2f}", f"{m['train_time_s']['mean']:.1f}", f"{m['images_per_s']['mean']:.0f}"])
-    head = (["模型", "测试准确率 %", "相对 ResNet（百分点）", "参数量", "每张图像 MFLOPs", "训练秒数", "训练图像/秒"] if lang == "zh" else
-            ["model", "test accuracy %", "Δ vs ResNet (points)", "parameters", "MFLOPs / image", "train s", "train images/s"])
+                     *(fmt(m[key]) for key, _, _, fmt in COST_COLUMNS)])
+    zh = lang == "zh"
+    head = (["模型", "测试准确率 %", "相对 ResNet（百分点）"] if zh else ["model", "test accuracy %", "Δ vs ResNet (points)"])
+    head += [c[2] if zh else c[1] for c in COST_COLUMNS]
     return table(head, rows) + "<p class='note'>" + _tr(
         lang,
         "Columns: test accuracy, mean ± standard deviation over seeds; the difference to the plain ResNet ± 2σ, σ = "
-        "√(std² + std_ResNet²), and the verdict (a difference within 2σ is no clear difference); trainable parameters; "
-        "one image's forward pass in millions of floating-point operations (torch.utils.flop_counter); wall-clock seconds of "
-        "training (mean over seeds) and training images per second. Times are comparable only within one run on an otherwise "
-        "idle machine.",
+        "√(std² + std_ResNet²), and the verdict (a difference within 2σ is no clear difference); the cost: trainable "
+        "parameters, and one image's forward pass in millions of floating-point operations (counted by "
+        "torch.utils.flop_counter). Both are counted, not timed, so they do not depend on the machine's load; the run's "
+        "training times were measured on a machine shared with other jobs and are not used as a cost.",
         "列说明：测试准确率，多个种子的均值 ± 标准差；相对普通 ResNet 的差值 ± 2σ（σ = √(std² + std_ResNet²)），以及结论"
-        "（差值不超过 2σ 即视为没有明显差别）；可训练参数量；一张图像前向传播的浮点运算数（百万，由 torch.utils.flop_counter 计数）；"
-        "训练的墙钟秒数（多个种子的均值）和每秒训练图像数。时间只能在同一次运行、且机器没有其他负载时相互比较。") + "</p>"
+        "（差值不超过 2σ 即视为没有明显差别）；代价：可训练参数量，以及一张图像前向传播的浮点运算数（百万，由 torch.utils.flop_counter 计数）。"
+        "这两项都是数出来的而不是计时得到的，不受机器负载影响；这次运行的训练时间是在与其他任务共用的机器上测得的，不用作代价。") + "</p>"
 
 
 def published_html(results: dict | None, lang: str = "en") -> str:
@@ -239,19 +248,35 @@ def _figures(results, run_dir: Path, lang: str, skip: tuple[str, ...] = ("accura
 
 
 def _viewers(results, run_dir: Path, out_dir: Path, folder: str, lang: str) -> str:
-    """Links to the run's interactive viewers, copied beside the page (``folder`` under ``out_dir``) so
-    the links are relative and the page's folder can move."""
+    """Links to the run's interactive viewers, written beside the page (``folder`` under ``out_dir``) with their
+    words in ``lang`` (the same weights; :func:`attnkit.inspect.viewer_language.language_copy`), so the links
+    are relative and the page's folder can move."""
+    from ...inspect.viewer_language import language_copy
+
     pages = [f for f in results.get("figures", []) if f.endswith(".html") and (run_dir / f).exists()]
     if not pages:
         return ""
-    dest = out_dir / folder
-    dest.mkdir(parents=True, exist_ok=True)
-    for f in pages:
-        if (run_dir / f).resolve() != (dest / f).resolve():
-            shutil.copyfile(run_dir / f, dest / f)
-    links = ", ".join(f'<a href="{esc(folder)}/{esc(f)}">{esc(f)}</a>' for f in pages)
+    written = [language_copy(run_dir / f, out_dir / folder, lang, _viewer_title(run_dir / f, lang)) for f in pages]
+    links = ", ".join(f'<a href="{esc(folder)}/{esc(p.name)}">{esc(p.name)}</a>' for p in written)
     return "<p>" + _tr(lang, f"Interactive viewers (click a patch or pixel to make it the query): {links}.",
                        f"交互式查看器（点击一个 patch 或像素，把它设为查询）：{links}。") + "</p>"
+
+
+_VIEWER_TITLES = {"MHSA2d, last stage": "MHSA2d，最后一个阶段", "ViT": "ViT"}
+
+
+def _viewer_title(path: Path, lang: str) -> str | None:
+    """The title of the viewer at ``path`` in ``lang`` ("MHSA2d, last stage (Trouser)" -> "MHSA2d，最后一个阶段（裤子）");
+    None (keep the stored one) in English or for a title of another form."""
+    from .map_figures import CLASS_ZH
+
+    if lang == "en":
+        return None
+    title = re.search(r"<title>(.*?)</title>", path.read_text(encoding="utf-8"), re.S)
+    found = re.fullmatch(r"(.*) \(([^()]*)\)", html.unescape(title.group(1)) if title else "")
+    if found is None or found.group(1) not in _VIEWER_TITLES:
+        return None
+    return f"{_VIEWER_TITLES[found.group(1)]}（{CLASS_ZH.get(found.group(2), found.group(2))}）"
 
 
 def _paragraphs(sentences: list[str]) -> str:
@@ -304,10 +329,10 @@ def _so_what(results: dict, lang: str) -> str:
                                  "这里有的注意力模块带来了超出种子间离散程度的提升。通道注意力和空间注意力只是对 CNN 已经算出的特征重新加权；"
                                  "它是否值得付出代价，是一个需要实测的问题：要与不带该模块的同一网络、在多个种子上比较。"))
     return so_what(lang, _tr(lang, "An attention module that adds one or two points on ImageNet is not a free gain: on these small images "
-                                   "none beat the plain network by more than the seed-to-seed spread, while each cost parameters and time. "
+                                   "none beat the plain network by more than the seed-to-seed spread, while each added parameters or FLOPs (table). "
                                    "The gates do learn something class-specific (below), but that is not the same as helping accuracy.",
                              "在 ImageNet 上提升一两个百分点的注意力模块并不是免费的收益：在这些小图像上，没有一个模块以超过种子间离散程度的幅度胜过普通网络，"
-                             "而每个模块都增加了参数和时间。门控确实学到了与类别相关的东西（见下文），但这不等于提高了准确率。"))
+                             "而每个模块都增加了参数量或 FLOPs（见表）。门控确实学到了与类别相关的东西（见下文），但这不等于提高了准确率。"))
 
 
 def section(results, out_dir, lang: str = "en", full_results: dict | None = None, cost_file: str | Path | None = COST_FILE):
@@ -368,6 +393,6 @@ def summary_row(results: dict, lang: str = "en", full_results: dict | None = Non
                            + (f"（{'、'.join(helped)}）" if helped else ""))
     meaning = (_tr(lang, "attention over channels and pixels can help; measure it against the plain network",
                    "对通道和像素的注意力可以有帮助；要与普通网络对比来衡量") if helped else
-               _tr(lang, "ImageNet gains need not carry over: on small images the modules cost time and bought nothing here",
-                   "ImageNet 上的提升未必能迁移：在小图像上，这些模块花了时间，却没有带来提升"))
+               _tr(lang, "ImageNet gains need not carry over: on small images the modules added parameters and bought nothing here",
+                   "ImageNet 上的提升未必能迁移：在小图像上，这些模块增加了参数，却没有带来提升"))
     return measured, meaning

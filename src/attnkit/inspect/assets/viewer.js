@@ -10,6 +10,8 @@
   "use strict";
 
   var data = JSON.parse(document.getElementById("ak-data").textContent);
+  // the page's words, in its language (attnkit/inspect/viewer_text.py): this script has none of its own
+  var UI = JSON.parse(document.getElementById("ak-ui").textContent);
   var SCALE = Math.pow(10, data.decimals);
   var SVGNS = "http://www.w3.org/2000/svg";
   var COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
@@ -30,6 +32,19 @@
     if (cls) { e.className = cls; }
     if (text !== undefined) { e.textContent = text; }
     return e;
+  }
+  /* UI.script[key] with each {name} replaced by values[name] (viewer_text.fill's rule). */
+  function say(key, values) {
+    return UI.script[key].replace(/\{(\w+)\}/g, function (m, name) {
+      return values && Object.prototype.hasOwnProperty.call(values, name) ? String(values[name]) : m;
+    });
+  }
+  /* A diagnostics reason ("fixed_mass 0.61 < 0.8, ...") with its English phrases replaced (UI.phrases, longest first). */
+  function rephrase(text) {
+    Object.keys(UI.phrases).sort(function (a, b) { return b.length - a.length; }).forEach(function (p) {
+      text = text.split(p).join(UI.phrases[p]);
+    });
+    return text;
   }
   function clear(node) { while (node.firstChild) { node.removeChild(node.firstChild); } }
   function color(h) { return COLORS[h % COLORS.length]; }
@@ -63,7 +78,7 @@
     return m;
   }
   function selectionName() {
-    return "layer " + state.layer + ", " + (state.head === "all" ? "mean of all heads" : "head " + state.head);
+    return say(state.head === "all" ? "selection_all" : "selection_head", { layer: layerId(state.layer), head: state.head });
   }
   function fmt(w) { return w.toFixed(Math.min(4, data.decimals)); }
 
@@ -80,13 +95,13 @@
   function fillHeadSelect() {
     var n = numHeads(state.layer);
     if (state.head !== "all" && state.head >= n) { state.head = 0; }
-    var opts = [["all", "all heads"]];
-    for (var h = 0; h < n; h++) { opts.push([h, "head " + h]); }
+    var opts = [["all", say("all_heads")]];
+    for (var h = 0; h < n; h++) { opts.push([h, say("head_option", { head: h })]); }
     fillSelect($("ak-head"), opts, state.head);
   }
   function initControls() {
     var layers = [];
-    for (var l = 0; l < data.layers.length; l++) { layers.push([l, "layer " + layerId(l)]); }
+    for (var l = 0; l < data.layers.length; l++) { layers.push([l, say("layer_option", { layer: layerId(l) })]); }
     fillSelect($("ak-layer"), layers, state.layer);
     fillHeadSelect();
     $("ak-layer").addEventListener("change", function (ev) {
@@ -162,13 +177,11 @@
       var sw = el("i");
       sw.style.background = color(h);
       s.appendChild(sw);
-      s.appendChild(document.createTextNode("head " + h));
+      s.appendChild(document.createTextNode(say("head_option", { head: h })));
       legend.appendChild(s);
     });
-    $("ak-hv-note").textContent = "Line opacity = weight. Showing " + cand.length + " of " + total +
-      " non-zero weights (weights below " + MIN_LINE + " are not drawn" +
-      (cand.length === MAX_LINES ? "; only the " + MAX_LINES + " strongest" : "") +
-      "). Hover a query (left) or a key (right).";
+    $("ak-hv-note").textContent = say("lines_note", { shown: cand.length, total: total, min: MIN_LINE,
+      cap: cand.length === MAX_LINES ? say("lines_cap", { max: MAX_LINES }) : "" });
     if (state.focus) { focus(state.focus[0], state.focus[1]); }
   }
   /* Highlight the lines of one query ("i") or one key ("j"); tint the other column by weight. */
@@ -194,9 +207,9 @@
       t.style.backgroundColor = rgba(tint, Math.min(1, w).toFixed(3));
       t.title = (kind === "i" ? data.keys[k] : data.queries[k]) + ": " + fmt(w);
     });
-    var name = kind === "i" ? "query " + idx + " " + JSON.stringify(data.queries[idx])
-                            : "key " + idx + " " + JSON.stringify(data.keys[idx]);
-    $("ak-status").textContent = name + " (" + selectionName() + ")";
+    var name = kind === "i" ? say("query_name", { i: idx, token: JSON.stringify(data.queries[idx]) })
+                            : say("key_name", { j: idx, token: JSON.stringify(data.keys[idx]) });
+    $("ak-status").textContent = say("status", { name: name, selection: selectionName() });
   }
   function unfocus() {
     state.focus = null;
@@ -260,8 +273,7 @@
       }
     }
     mx = { cs: cs, left: left, top: top, m: m };
-    $("ak-matrix-note").textContent = selectionName() + "; rows = queries, columns = keys; darkest = " +
-      fmt(vmax) + ".";
+    $("ak-matrix-note").textContent = say("matrix_note", { selection: selectionName(), max: fmt(vmax) });
   }
   function initMatrix() {
     var canvas = $("ak-matrix");
@@ -270,8 +282,8 @@
       var j = Math.floor((ev.clientX - r.left - mx.left) / mx.cs);
       var i = Math.floor((ev.clientY - r.top - mx.top) / mx.cs);
       if (mx.m && i >= 0 && i < L && j >= 0 && j < S) {
-        $("ak-matrix-info").textContent = "query " + i + " " + JSON.stringify(data.queries[i]) + " \u2192 key " +
-          j + " " + JSON.stringify(data.keys[j]) + ": " + fmt(mx.m[i][j]);
+        $("ak-matrix-info").textContent = say("matrix_info", { i: i, query: JSON.stringify(data.queries[i]), j: j,
+          key: JSON.stringify(data.keys[j]), weight: fmt(mx.m[i][j]) });
       } else {
         $("ak-matrix-info").textContent = "";
       }
@@ -342,10 +354,9 @@
       ctx.lineWidth = 2;
       ctx.strokeRect((q % gw) * cs + 1, Math.floor(q / gw) * cs + 1, cs - 2, cs - 2);
     }
-    $("ak-patch-info").textContent = "query " + state.query + " " + JSON.stringify(data.queries[state.query]) +
-      " (" + selectionName() + "): strongest patch (row " + Math.floor(arg / gw) + ", col " + (arg % gw) +
-      ") " + fmt(vmax) + (prefix ? "; weight on the " + prefix + " prefix token(s): " + fmt(pre) : "") +
-      (L === S ? ". Click a patch to make it the query." : ".");
+    $("ak-patch-info").textContent = say("patch_info", { i: state.query, token: JSON.stringify(data.queries[state.query]),
+      selection: selectionName(), row: Math.floor(arg / gw), col: arg % gw, weight: fmt(vmax) }) +
+      (prefix ? say("patch_prefix", { count: prefix, weight: fmt(pre) }) : "") + say(L === S ? "patch_click" : "patch_end");
   }
 
   // --------------------------------------------------------------- series view
@@ -392,7 +403,7 @@
       r.setAttribute("class", "ak-shade");
       r.setAttribute("data-j", j);
       var tip = document.createElementNS(SVGNS, "title");
-      tip.textContent = "step " + j + ": " + fmt(w);
+      tip.textContent = say("step_tip", { j: j, weight: fmt(w) });
       r.appendChild(tip);
       shades.appendChild(r);
     });
@@ -434,9 +445,9 @@
       t.textContent = Number(p[0].toPrecision(3)).toString();
       svg.appendChild(t);
     });
-    $("ak-step-label").textContent = "step " + state.step + " " + JSON.stringify(data.queries[state.step]);
-    $("ak-series-info").textContent = data.series.name + " (" + selectionName() + "): step " + state.step +
-      " puts most weight on step " + arg + " (" + fmt(vmax) + "); shading is weight / row max.";
+    $("ak-step-label").textContent = say("step_label", { step: state.step, token: JSON.stringify(data.queries[state.step]) });
+    $("ak-series-info").textContent = say("series_info", { name: data.series.name, selection: selectionName(),
+      step: state.step, arg: arg, weight: fmt(vmax) });
   }
 
   // --------------------------------------------------------- diagnostics table
@@ -444,16 +455,18 @@
     if (!data.diagnostics) { return; }
     $("ak-diag-view").hidden = false;
     var cols = data.diagnostics.columns, table = $("ak-diag");
-    var li = cols.indexOf("layer"), hi = cols.indexOf("head");
+    var li = cols.indexOf("layer"), hi = cols.indexOf("head"), lab = cols.indexOf("label"), why = cols.indexOf("reason");
     var thead = el("thead"), tr = el("tr");
-    cols.forEach(function (c) { tr.appendChild(el("th", null, c)); });
+    cols.forEach(function (c) { tr.appendChild(el("th", null, UI.columns[c] || c)); });
     thead.appendChild(tr);
     table.appendChild(thead);
     var body = el("tbody");
     data.diagnostics.rows.forEach(function (r) {
       var row = el("tr");
-      r.forEach(function (v) {
+      r.forEach(function (v, k) {
         var text = v === null ? "\u2014" : (typeof v === "number" && !Number.isInteger(v) ? v.toFixed(3) : String(v));
+        if (k === lab && UI.labels[text]) { text = UI.labels[text]; }  // a head label, in the page's language
+        if (k === why) { text = rephrase(text); }
         row.appendChild(el("td", typeof v === "number" ? null : "ak-text", text));
       });
       if (li >= 0 && hi >= 0) {
@@ -490,8 +503,7 @@
   }
 
   $("ak-title").textContent = data.title;
-  $("ak-sub").textContent = data.layers.length + " layer(s), " + L + " queries \u00d7 " + S +
-    " keys. Attention weights show where the softmax put its mass; they are not explanations.";
+  $("ak-sub").textContent = say("subtitle", { layers: data.layers.length, queries: L, keys: S });
   initControls();
   initHeadView();
   initMatrix();
