@@ -1,6 +1,7 @@
 """The detection run's figures (English and Chinese) and its verdicts.
 
-* ``map_vs_cost.png``: mAP@0.5:0.95 (mean ± std over seeds) against forward GFLOPs and training time;
+* ``map_vs_cost.png``: mAP@0.5:0.95 (mean ± std over seeds) against forward GFLOPs and activation memory per training step
+  (both counted, so a shared machine's load cannot move them);
 * ``boxes.png``: the plain detector and one MHSA variant on the same validation images, ground truth
   dashed;
 * ``mhsa_attention.png``: where the inserted MHSA looks from the cell under one detection's centre.
@@ -24,12 +25,16 @@ from ...page.figures import draw_both, pick
 LABELS = {"plain": ("plain", "普通"), "mhsa_p5": ("MHSA at P5", "MHSA 在 P5"), "mhsa_p4p5": ("MHSA at P4+P5", "MHSA 在 P4+P5"),
           "mhsa_neck": ("MHSA in the neck", "MHSA 在颈部")}
 PUBLISHED = {
-    "yolov8n": {"map50_95": 37.3, "params_m": 3.2, "gflops": 8.7, "data": "COCO val2017, 640 px",
-                "source": "Ultralytics YOLOv8 model table, https://docs.ultralytics.com/models/yolov8/"},
-    "yolov8s": {"map50_95": 44.9, "params_m": 11.2, "gflops": 28.6, "data": "COCO val2017, 640 px",
-                "source": "Ultralytics YOLOv8 model table, https://docs.ultralytics.com/models/yolov8/"},
-    "botnet": {"box_ap": 49.7, "data": "COCO, Mask R-CNN with a BoTNet backbone (MHSA in the last stage)",
-               "source": "Srinivas et al. 2021, https://arxiv.org/abs/2101.11605 (abstract)"},
+    "yolov8n": {"map50_95": 37.3, "params_m": 3.2, "gflops": 8.7, "data": ("COCO val2017, 640 px", "COCO val2017，640 像素"),
+                "source": ("Ultralytics YOLOv8 model table, https://docs.ultralytics.com/models/yolov8/",
+                           "Ultralytics YOLOv8 模型表，https://docs.ultralytics.com/models/yolov8/")},
+    "yolov8s": {"map50_95": 44.9, "params_m": 11.2, "gflops": 28.6, "data": ("COCO val2017, 640 px", "COCO val2017，640 像素"),
+                "source": ("Ultralytics YOLOv8 model table, https://docs.ultralytics.com/models/yolov8/",
+                           "Ultralytics YOLOv8 模型表，https://docs.ultralytics.com/models/yolov8/")},
+    "botnet": {"box_ap": 49.7, "data": ("COCO, Mask R-CNN with a BoTNet backbone (MHSA in the last stage)",
+                        "COCO，以 BoTNet 为骨干的 Mask R-CNN（MHSA 在最后一个阶段）"),
+               "source": ("Srinivas et al. 2021, https://arxiv.org/abs/2101.11605 (abstract)",
+                          "Srinivas 等，2021，https://arxiv.org/abs/2101.11605（摘要）")},
 }
 
 
@@ -64,12 +69,14 @@ def verdicts(variants: dict, metric: str = "map50_95") -> dict:
 
 
 def map_cost_figure(variants: dict, lang: str = "en"):
-    """mAP@0.5:0.95 ± std against GFLOPs (left) and training seconds (right)."""
+    """mAP@0.5:0.95 ± std against GFLOPs (left) and activation MiB per training step (right).
+
+    Not training seconds: on a shared machine those measure the load more than the model."""
     from ...inspect.plots import _figure
 
     fig = _figure(9.0, 3.4)
     for j, (key, xlabel) in enumerate((("gflops", pick(lang, "forward GFLOPs per image", "每张图像的前向 GFLOPs")),
-                                       ("train_s", pick(lang, "training time per seed (s)", "每个种子的训练时间（秒）")))):
+                                       ("act_mem_mb", pick(lang, "activation memory per training step (MiB)", "每个训练步的激活内存（MiB）")))):
         ax = fig.add_subplot(1, 2, j + 1)
         for name, v in variants.items():
             x = v[key]["mean"] if isinstance(v[key], dict) else v[key]

@@ -36,7 +36,7 @@ def _pm(m: dict) -> str:
 def results_table(r: dict, lang: str) -> str:
     verdict = r.get("verdict", {})
     head = [_tr(lang, "variant", "变体"), "mAP@0.5 (%)", "mAP@0.5:0.95 (%)", _tr(lang, "params", "参数量"), "GFLOPs",
-            _tr(lang, "activation MiB / step", "每步激活内存 (MiB)"), _tr(lang, "train s / seed", "每个种子训练秒数"),
+            _tr(lang, "activation MiB / step", "每步激活内存 (MiB)"), _tr(lang, "train s / seed (shared machine)", "每个种子训练秒数（共享机器）"),
             _tr(lang, "vs plain (2 SE rule)", "相对普通（2 SE 规则）")]
     rows = []
     for name, v in r["variants"].items():
@@ -89,15 +89,15 @@ def honest_sentence(r: dict, lang: str) -> str:
 
 def published_html(lang: str) -> str:
     y8n, y8s, bot = PUBLISHED["yolov8n"], PUBLISHED["yolov8s"], PUBLISHED["botnet"]
-    rows = [[name, f"{p['map50_95']}", f"{p['params_m']} M", f"{p['gflops']}", p["data"], p["source"]]
+    rows = [[name, f"{p['map50_95']}", f"{p['params_m']} M", f"{p['gflops']}", _tr(lang, *p["data"]), _tr(lang, *p["source"])]
             for name, p in (("YOLOv8n", y8n), ("YOLOv8s", y8s))]
     text = _tr(lang, "What others report, on their data (not ours: COCO at 640 px, 80 classes, 118k images). The small-object gains "
                      "claimed for \"YOLOv8 + MHSA\" come from write-ups on data sets such as VisDrone, usually one run without seeds; "
                      f"we have not reproduced them. BoTNet, MHSA in the last ResNet stage, reports {bot['box_ap']} box AP on COCO "
-                     f"({bot['data']}; {bot['source']}).",
+                     f"({bot['data'][0]}; {bot['source'][0]}).",
                "别人在他们的数据上报告的数字（不是我们的数据：COCO，640 像素，80 类，11.8 万张图像）。“YOLOv8 + MHSA”在小目标上的提升，"
                "来自 VisDrone 等数据集上的文章，通常只跑一次、没有多个种子；我们没有复现它们。BoTNet 把 MHSA 放在 ResNet 最后一个阶段，"
-               f"在 COCO 上报告 {bot['box_ap']} box AP（{bot['data']}；{bot['source']}）。")
+               f"在 COCO 上报告 {bot['box_ap']} box AP（{bot['data'][1]}；{bot['source'][1]}）。")
     head = [_tr(lang, "model", "模型"), "mAP@0.5:0.95 (%)", _tr(lang, "params", "参数量"), "GFLOPs", _tr(lang, "data", "数据"), _tr(lang, "source", "来源")]
     return f"<p>{esc(text)}</p>" + table(head, rows)
 
