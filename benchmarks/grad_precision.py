@@ -19,6 +19,7 @@ import torch
 
 import attnkit
 from attnkit import biases, masks
+from common import record
 
 BACKENDS = ("reference", "sdpa", "blockwise", "auto")
 OUT = Path(__file__).parent / "results" / "grad_precision.json"
@@ -111,7 +112,7 @@ def main() -> None:
               "t5_table": {"by_table_std": summary(t5, "table_std"), "rows": t5}}
     data = json.loads(OUT.read_text()) if OUT.exists() else {}
     data[args.label] = result
-    OUT.write_text(json.dumps(data, indent=1) + "\n")
+    record(OUT, data)
     for name, part in (("sinks", result["sinks"]["by_sink"]), ("t5", result["t5_table"]["by_table_std"])):
         for val, per in part.items():
             cells = "  ".join(f"{be} {d['max_seed_ratio']:.1f}/{d['summed_ratio']:.1f}" for be, d in per.items())

@@ -23,8 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script: its sibling helpers
-from proc_memory import reset_peak, status_kib  # noqa: E402
+from common import record, reset_peak, status_kib
 
 RESULTS = Path(__file__).resolve().parent / "results" / "key_scores_memory.json"
 
@@ -69,8 +68,7 @@ def main() -> None:
     doc = {"n": a.n, "heads": a.heads, "dim": a.dim, "batch": 1, "causal": True, "threads": 1, "malloc_mmap_threshold": 65536,
            "dense_weights_mib": dense_mib, "rows": rows, "key_scores_peak_over_dense": ks["peak_mib"] / dense_mib,
            "machine": platform.processor() or platform.machine()}
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    record(RESULTS, doc)
     print(f"dense weights {dense_mib:.0f} MiB; key scores peak {ks['peak_mib']:.1f} MiB = {doc['key_scores_peak_over_dense']:.3f} of dense")
 
 

@@ -23,15 +23,15 @@ L new tokens over S = 4096 cached, timed both ways; the rule's pick should be th
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import re
 import statistics
-import subprocess
 from pathlib import Path
 
 import torch
+
+from common import record
 
 RESULTS = Path(__file__).resolve().parent / "results"
 WIDTHS = dict(hidden_size=2048, num_attention_heads=16, num_key_value_heads=16, kv_lora_rank=512, qk_nope_head_dim=128,
@@ -132,7 +132,6 @@ def main(argv=None) -> int:
     torch.set_num_threads(1)
     import transformers
 
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).parent, capture_output=True, text=True).stdout.strip()
     load = os.getloadavg()[0]  # a shared machine: the load during the run, recorded beside the numbers
 
     hf, rope, ours = build()
@@ -147,10 +146,10 @@ def main(argv=None) -> int:
         "what": "one MLA decode step, DeepSeek-V2-Lite widths, float32, B=1, one thread: transformers DeepseekV2Attention "
                 "(sdpa, its DynamicCache, re-expands the latent every step) vs attnkit absorbed decoding over a LatentCache; "
                 "medians in ms. prefill: L new tokens over 4096 cached, absorb vs expand, and what path='auto' picks",
-        "commit": commit, "cpu": _cpu(), "load_avg_1min_at_start": round(load, 2), "threads": torch.get_num_threads(), "torch": torch.__version__,
+        "cpu": _cpu(), "load_avg_1min_at_start": round(load, 2), "threads": torch.get_num_threads(), "torch": torch.__version__,
         "transformers": transformers.__version__, "widths": WIDTHS, "decode": decode, "prefill": prefill,
     }
-    Path(args.out).write_text(json.dumps(doc, indent=1))
+    record(args.out, doc, argv)
     print(f"wrote {args.out}")
     return 0
 

@@ -35,7 +35,7 @@ the fused op's own backward on the same inputs. ``--accuracy`` adds, per
 range of max |lse|, the worst error over the fuzz tolerance (2× the float32 reference's error
 against float64 + 16 ulps) of the fused backward with no rerun: where the threshold comes from.
 
-    OMP_NUM_THREADS=1 python benchmarks/reliability_cost.py --backward --accuracy   # → ..._backward.json
+    OMP_NUM_THREADS=1 python benchmarks/reliability_cost.py --backward --accuracy --sizes 256 512 1024   # → ..._backward.json
 """
 
 from __future__ import annotations

@@ -72,7 +72,7 @@ def _rank_main(rank: int, world_size: int, port: int, cfg: dict, results) -> Non
     start = time.perf_counter()
     with torch.set_grad_enabled(backward):
         if method == "ring":
-            out = ring_attention(q, k, v, causal=cfg["causal"], layout="zigzag" if cfg["causal"] else "contiguous")
+            out = ring_attention(q, k, v, causal=cfg["causal"], layout="zigzag" if cfg["causal"] else "contiguous").out
         elif method == "sdpa":
             out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=cfg["causal"])
         else:

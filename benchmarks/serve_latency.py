@@ -32,6 +32,8 @@ from pathlib import Path
 
 import torch
 
+from common import record
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 WORDS = ("The committee postponed its decision until the auditors had finished reviewing the accounts of the previous "
@@ -142,8 +144,7 @@ def main() -> None:
                     "load_average_1min": round(os.getloadavg()[0], 2), "torch": torch.__version__},
         "rows": rows,
     }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
+    record(args.out, out, indent=2)
     print(f"wrote {args.out}")
 
 

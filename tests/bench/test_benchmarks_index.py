@@ -85,3 +85,29 @@ def test_record_stamps_the_commit_torch_cpu_and_command(tmp_path, monkeypatch):
         assert p["commit"] is not None and isinstance(p["dirty"], bool)
     if Path("/proc/cpuinfo").exists():
         assert p["cpu"]["model"] and all(isinstance(p["cpu"][f], bool) for f in ("avx512f", "amx_tile"))
+
+
+def _commit_cells() -> dict[str, str]:
+    """JSON name → the index's commit column (the last cell of its row)."""
+    rows = re.findall(r"^\| `([\w.-]+\.json)` \|(.*)\|\s*$", INDEX.read_text(encoding="utf-8"), flags=re.M)
+    return {name: cells.split("|")[-1].strip() for name, cells in rows}
+
+
+def test_the_commit_column_names_the_stamp_in_each_file():
+    """A stamped JSON's row starts with its commit (7 hex); an unstamped one says in words why it has none."""
+    for name, cell in _commit_cells().items():
+        doc = json.loads((BENCH / "results" / name).read_text(encoding="utf-8"))
+        stamp = doc.get("provenance") if isinstance(doc, dict) else None
+        if stamp and stamp.get("commit"):
+            assert cell.startswith(stamp["commit"][:7]), f"{name}: the index says {cell!r}, the file's stamp is {stamp['commit'][:7]}"
+        else:
+            assert re.search(r"[a-z]{3,} [a-z]{3,}", cell), f"{name} carries no commit: say why in its index row, got {cell!r}"
+
+
+def test_every_script_writes_its_json_through_record():
+    """No script writes a result JSON itself: ``common.record`` is the one writer, so every file carries its stamp."""
+    for path in sorted(BENCH.glob("*.py")):
+        if path.name == "common.py":
+            continue
+        text = path.read_text(encoding="utf-8")
+        assert not re.search(r"write_text\(\s*json\.dumps|json\.dump\(", text), f"{path.name} writes JSON itself; call common.record"

@@ -42,4 +42,4 @@ def test_the_committed_run_meets_the_goal_and_agrees():
     assert next(r for r in rows if r["cached"] == 4096)["speedup"] >= 10
     assert rows[0]["speedup"] < rows[-1]["speedup"]
     assert all(r["max_abs_diff"] < 1e-4 for r in rows)
-    assert doc["commit"] and doc["cpu"]
+    assert doc["provenance"]["commit"] and doc["cpu"]

@@ -1,6 +1,6 @@
 """docs/performance.md's one-thread backend table is rebuilt from the committed benchmark JSON and must match it.
 
-The table under "Measured on this 2-core CPU" (``| call | SDPA | blockwise |``) is derived from
+The table under "Measured on an Intel Xeon with AMX" (``| call | SDPA | blockwise |``) is derived from
 ``benchmarks/results/attention.json``: medians and peak memory above the inputs of SDPA and
 blockwise on the same calls. A re-run of the benchmark that changes a number, or a hand edit of the
 page, makes this test fail until the two agree again.

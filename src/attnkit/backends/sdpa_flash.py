@@ -35,15 +35,15 @@ again with the scale in the op for its output, and its backward reruns in float6
 **What runs.** In float32, when ``max |lse| > LSE_EXACT_ABOVE`` (32) the backward repeats the
 forward op in float64 and runs the backward op there, then rounds the gradients to float32 (inside
 a compiled graph always, where the test would be a data-dependent branch). Forward + backward of
-such a call took 2.4–2.9× an ordinary one of the same shape (B=1, H=8, E=64, n=256–1024, one
-thread: benchmarks/results/reliability_cost_backward.json, ``rerun_over_ordinary``). Below it the
+such a call took 3.6–3.8× an ordinary one of the same shape (B=1, H=8, E=64, n=256–1024, one
+thread, timed interleaved: benchmarks/results/reliability_cost_backward.json, ``rerun_over_ordinary``). Below it the
 lse's own rounding moves a row's weights by at most ulp(32)/2 = 2^-19, the fuzz's 16-ulp floor,
 and the folded op keeps forward and backward consistent: over 540 small random calls
 (benchmarks/reliability_cost.py ``--backward --accuracy``, the rerun disabled) the fused backward's
-worst error over the fuzz tolerance was 0.70 for the 92 with |lse| in [8, 16), 0.72 for the 199 in
-[16, 32), 1.00 in [32, 64) and 1.37 in [64, 128). The threshold was 16 before the scale was folded
-(then [16, 32) reached 1.43); calls with |lse| of 24–31 now cost 0.87–0.99 of an ordinary one where
-they cost 2.4–2.9× (``mid_over_ordinary``). So ordinary calls, and the peaked rows of trained
+worst error over the fuzz tolerance was 0.66 for the 92 with |lse| in [8, 16), 0.79 for the 199 in
+[16, 32), 1.00 in [32, 64) and 1.38 in [64, 128). The threshold was 16 before the scale was folded
+(then [16, 32) reached 1.43); calls with |lse| of 24–31 now cost 0.98–1.02 of an ordinary one where
+they paid the rerun (``mid_over_ordinary``). So ordinary calls, and the peaked rows of trained
 models up to |lse| 32, pay nothing.
 
 **Gradient into lse.** ``d lse_i / d s_ij = P_ij``, so a gradient ``g`` on lse adds ``P ∘ g_i`` to
