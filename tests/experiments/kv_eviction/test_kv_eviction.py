@@ -86,3 +86,9 @@ def test_tiny_run_has_every_key_and_renders(tmp_path, monkeypatch):
     results = Results(res, tmp_path / "run", {})
     en, zh = (exp.report(results, tmp_path, lang).html for lang in ("en", "zh"))
     assert "5158.07" in en and "5158.07" in zh and "sinks + window" in en and "汇点 + 窗口" in zh
+    assert res["seconds"] > 0 and len(res["load_avg"]["start"]) == 3
+    # --resume: the trained seeds and their evaluations come back from the checkpoints unchanged
+    again = run_experiment("kv_eviction", out=tmp_path / "run", overrides={**exp.tiny, "data": str(own)}, seeds=2,
+                           show_progress=False, resume=True)["results"]
+    assert again["perplexity_last_bin"] == res["perplexity_last_bin"]
+    assert [f["eval_s"] for f in again["train"]] == [f["eval_s"] for f in res["train"]]  # restored, not re-measured
