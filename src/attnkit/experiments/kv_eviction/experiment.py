@@ -135,10 +135,11 @@ def _sink(models, windows) -> dict:
 class KVEviction(Experiment):
     name = "kv_eviction"
     help = "KV-cache eviction and quantization (window, sinks, H2O, SnapKV, KIVI) on a char LM trained on the KJV Bible"
-    quick = {"context": 64, "dim": 96, "heads": 4, "layers": 3, "windows": 9600, "epochs": 3, "batch_size": 32, "lr": 3e-3,
+    quick = {"context": 64, "dim": 64, "heads": 4, "layers": 3, "windows": 9600, "epochs": 3, "batch_size": 32, "lr": 3e-3,
              "stream_len": 512, "streams": 4, "budgets": [16, 32], "headline_budget": 32, "bin_size": 32, "kernel": 5,
              "group": 8, "residual": 8, "trace_steps": 160, "data": None, "books": None}
-    full = {**quick, "stream_len": 2048, "streams": 8, "budgets": [16, 32, 64], "epochs": 8}
+    # full: a wider model with more heads, trained 8/3 as long, read over a stream 16x the context
+    full = {**quick, "dim": 96, "heads": 8, "epochs": 8, "stream_len": 1024}
     tiny = {"windows": 64, "epochs": 1, "dim": 32, "layers": 1, "stream_len": 96, "streams": 1, "budgets": [16],
             "headline_budget": 16, "bin_size": 16, "trace_steps": 20,
             "books": ["Ruth", "Jonah", "Philemon", "Jude"]}
