@@ -160,18 +160,21 @@ assert rows[0][2] >= 3 and rows[1][2] >= 5, "8 位至少比 fp32 小 3 倍，4 �
 assert rows[0][3] < 0.02 and rows[0][3] < rows[1][3], "8 位几乎不改变输出；4 位改变得更多"
 
 # %% [markdown]
-# 每种策略在困惑度上要付出多少？实验 `attnkit experiment kv_eviction` 在《钦定版圣经》上用 64 个字符的窗口
-# 训练一个小型字符模型，然后读取长 16 倍的文本流。如果本检出包含已提交的结果，下面列出它们：
+# 每种策略在困惑度上要付出多少？实验 `attnkit experiment kv_eviction` 在《钦定版圣经》上用 64 个字符的窗口（`--full` 为 128）
+# 训练一个小型字符模型，然后读取长 8 倍的文本流。如果本检出包含已提交的结果，下面列出它们：
 
 # %%
 root = Path(__file__).resolve().parents[3] if "__file__" in globals() else Path.cwd()  # 代码检出目录（在笔记本中：请在该目录下运行）
-found = root / "results" / "kv_eviction" / "quick" / "results.json"
+runs = [root / "results" / "kv_eviction" / preset / "results.json" for preset in ("full", "quick")]
+found = next((f for f in runs if f.is_file()), runs[-1])  # the full run when committed, else the quick one
 if found.is_file():
     res = json.loads(found.read_text(encoding="utf-8"))["results"]
     b = str(res["headline_budget"])
     for policy, ppl in res["perplexity_last_bin"].items():
         row = res["policies"][policy].get(b) or res["policies"][policy]["all"]
         print(f"{policy:17s} 困惑度 {ppl:8.3f}   {row['nbytes'] / 1024:7.1f} KiB")
+    sink = res["sink"]
+    print("各层放在位置 0 上的权重：", "，".join(f"{w:.3f}" for w in sink["first_mean"]), f"（均匀分布：{sink['uniform_first']:.3f}）")
     assert set(res["perplexity_last_bin"]) >= {"dense", "window", "sink_window", "window_recompute", "h2o", "snapkv", "quantized8", "quantized4"}
 else:
     print("本检出没有已提交的 kv_eviction 结果；请运行：attnkit experiment kv_eviction")
