@@ -95,7 +95,7 @@ def _reading(r: dict, lang: str) -> str:
                  ("；每一层给位置 0 的注意力都少于均匀分布。" if ratio < 1 else "。")))
     frac = r["sink"].get("sink_heads_frac_per_seed")
     if frac is not None:  # Gu et al.'s count: heads whose mean weight on the first token exceeds 0.3
-        sink_s += " " + tr(lang, f"Heads with more than 0.3 of their weight on position 0 (Gu et al. 2025's sink heads), per seed: "
+        sink_s += " " + tr(lang, "Heads with more than 0.3 of their weight on position 0 (Gu et al. 2025's sink heads), per seed: "
                                  + ", ".join(f"{100 * f:.0f} %" for f in frac) + ".",
                            "位置 0 上权重超过 0.3 的头（Gu 等 2025 定义的汇点头），各种子占比：" + "，".join(f"{100 * f:.0f}%" for f in frac) + "。")
     if not has_sink:
