@@ -171,7 +171,7 @@ class KVEviction(Experiment):
         c = ctx.config
         t0, cpu0, load0 = time.perf_counter(), time.process_time(), os.getloadavg()
         with threads(1):  # one thread: the machine is shared, and small matrices gain little from two
-            train, held_out, starts = bible_texts(ctx.out / "data", c.get("books"))
+            train, held_out, starts = bible_texts(ctx.out / "cache", c.get("books"))  # cache/: git ignores it
             vocab = CharVocab(train + held_out)
             text = Path(c["data"]).read_text(encoding="utf-8") if c.get("data") else held_out
             ids = vocab.encode(text)
