@@ -15,6 +15,7 @@ from attnkit.experiments.kv_eviction import experiment as X
 from attnkit.experiments.kv_eviction.evaluate import recompute_nll, stepwise_nll
 from attnkit.experiments.kv_eviction.model import CharLM
 from attnkit.experiments.kv_eviction.policies import KeptKV, Policy
+from attnkit.experiments.kv_eviction.section import render
 
 KEYS = {"dense", "window", "sink_window", "window_recompute", "h2o", "snapkv", "quantized8", "quantized4"}
 
@@ -86,6 +87,9 @@ def test_tiny_run_has_every_key_and_renders(tmp_path, monkeypatch):
     results = Results(res, tmp_path / "run", {})
     en, zh = (exp.report(results, tmp_path, lang).html for lang in ("en", "zh"))
     assert "5158.07" in en and "5158.07" in zh and "sinks + window" in en and "汇点 + 窗口" in zh
+    # with committed runs the full one leads and the others fold, numbers without figures
+    both = render(results, "en", {"quick": results, "full": results})
+    assert "the committed run" in both and both.count("<img") == 2 * en.count("<img")  # the main run and the own run
     assert res["seconds"] > 0 and len(res["load_avg"]["start"]) == 3
     # --resume: the trained seeds and their evaluations come back from the checkpoints unchanged
     again = run_experiment("kv_eviction", out=tmp_path / "run", overrides={**exp.tiny, "data": str(own)}, seeds=2,

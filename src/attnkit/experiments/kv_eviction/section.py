@@ -125,12 +125,12 @@ def _figures(r, lang: str) -> str:
     return out
 
 
-def _body(r, lang: str) -> str:
+def _body(r, lang: str, figures: bool = True) -> str:
     head = [tr(lang, "policy", "策略"), tr(lang, "budget", "预算"), tr(lang, "max tokens kept", "最多保留词元"),
             tr(lang, "KiB at the end (1 stream)", "结束时 KiB（单条流）"), tr(lang, "perplexity, last bin (mean ± std)", "最后区间困惑度（均值 ± 标准差）"),
             tr(lang, "eval s", "评估秒数")]
     # the table folds (the page's main flow keeps ten tables); the reading above it says what it shows
-    return _reading(r, lang) + _figures(r, lang) + details(tr(lang, "the numbers: memory and perplexity per policy", "数字：各策略的内存与困惑度"),
+    return _reading(r, lang) + (_figures(r, lang) if figures else "") + details(tr(lang, "the numbers: memory and perplexity per policy", "数字：各策略的内存与困惑度"),
                                                            table(head, trade_rows(r, lang))) + "<p class='note'>" + tr(
         lang, "KiB: keys and values of all layers in float32, the quantized ones at their packed size (codes, float16 scales and zeros). "
               "The recomputed window holds no cache between steps; its row shows the window it re-reads.",
@@ -139,11 +139,16 @@ def _body(r, lang: str) -> str:
 
 def render(results, lang: str, full_results=None) -> str:
     """The section's HTML from a run's ``results`` (and the committed runs, when handed in)."""
-    runs = list((full_results or {}).values())
-    main = max(runs, key=lambda x: x.get("n_seeds", 0)) if runs else results
+    runs = full_results or {}
+    # the full run is the one trained to give a sink its chance; without it, the run with the most seeds
+    main_name = "full" if "full" in runs else max(runs, key=lambda n: runs[n].get("n_seeds", 0), default=None)
+    main = runs[main_name] if main_name else results
     # name every committed run (its file, preset, seeds, time), so a reader can open the numbers
     html = "".join(f"<p class='note'>{esc(describe_run(n, run, lang))}.</p>" for n, run in (full_results or {}).items())
     html += _body(main, lang)
+    for n, run in runs.items():  # every other committed run, folded: its numbers, not its figures
+        if n != main_name:
+            html += details(tr(lang, f"the committed run {n!r}", f"已提交的运行 {n!r}"), _body(run, lang, figures=False))
     if runs:
         html += details(tr(lang, "this report's own run", "本报告自己的运行"), _body(results, lang))
     html += _published(lang)
