@@ -115,7 +115,7 @@ def kv_claims(r: dict) -> list[str]:
     rows = [f"| {KV_NAMES[p]} | {ppl[p]:.3f} ± {sd[p]:.3f} |" for p in KV_NAMES]
     per_seed = [max(layer[i] for layer in r["sink"]["first_per_seed"]) for i in range(r["n_seeds"])]
     return [*rows, f"({r['dense_in_context']['mean']:.3f} ± {r['dense_in_context']['std']:.3f})",
-            ", ".join(f"{w:.3f}" for w in per_seed[:-1]) + f" and {per_seed[-1]:.3f}",
+            (", ".join(f"{w:.3f}" for w in per_seed[:-1]) + " and " if len(per_seed) > 1 else "") + f"{per_seed[-1]:.3f}",
             f"against {r['sink']['uniform_first']:.3f} for a uniform causal row"]
 
 
@@ -124,4 +124,4 @@ def test_kv_eviction_numbers_are_its_results_json():
         path = ROOT / "results" / "kv_eviction" / run / "results.json"
         if path.is_file():
             r = load(path)["results"]
-            says(RESULTS, *kv_claims(r), f"{r['seconds']:.1f} s wall" if run == "quick" else f"{r['n_seeds']} seeds")
+            says(RESULTS, *kv_claims(r), f"{r['seconds']:.1f} s wall" if run == "quick" else f"{r['n_seeds']} seed")
