@@ -191,9 +191,9 @@ print("StreamingLLM, Llama-2-13B, PG19 (their Table 1): window 0+1024 -> 5158.07
 
 # %% [markdown]
 # The paper's large models collapse without their sinks (5158 against 5.40). The small models trained
-# here did not form a sink: in every layer the weight on position 0 printed above stays near or below
+# here did not form a sink: in every layer the weight on position 0 printed above stays below twice
 # a uniform row's share, both in `--quick` and in `--full` (twice the context, more heads, 2.7 times
-# the characters). Then evicting the first tokens costs little, and the four sink slots only take room
+# the characters), and no head puts 0.3 of its weight there. Then evicting the first tokens costs little, and the four sink slots only take room
 # from the window. Sinks are reported to emerge after effective optimization on sufficient data
 # (Gu et al. 2025, https://arxiv.org/abs/2410.10781, with 60M-parameter models on 5B tokens) and to
 # grow with model size and context length (Barbero et al. 2025, https://arxiv.org/abs/2504.02732):
