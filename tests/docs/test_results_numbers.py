@@ -102,3 +102,26 @@ def test_seq2seq_numbers_are_the_committed_runs():
     old = load(ROOT / "results" / "seq2seq" / "bible-full" / "results.json")["results"]["models"]
     best = max(old, key=lambda n: old[n]["overall"]["bleu"]["mean"])
     says(RESULTS, f"stayed at or under {old[best]['overall']['bleu']['mean']:.1f} BLEU for every model")
+
+
+KV_NAMES = {"dense": "dense (full cache, beyond its training context)", "window": "window only",
+            "sink_window": "4 sinks + window (StreamingLLM)", "window_recompute": "window, recomputed", "h2o": "H2O",
+            "snapkv": "SnapKV", "quantized8": "sinks + window, 8-bit KIVI", "quantized4": "sinks + window, 4-bit KIVI"}
+
+
+def kv_claims(r: dict) -> list[str]:
+    """The table rows, the in-context perplexity and the per-seed weight on position 0 of one kv_eviction run."""
+    ppl, sd = r["perplexity_last_bin"], r["perplexity_last_bin_std"]
+    rows = [f"| {KV_NAMES[p]} | {ppl[p]:.3f} ± {sd[p]:.3f} |" for p in KV_NAMES]
+    per_seed = [max(layer[i] for layer in r["sink"]["first_per_seed"]) for i in range(r["n_seeds"])]
+    return [*rows, f"({r['dense_in_context']['mean']:.3f} ± {r['dense_in_context']['std']:.3f})",
+            (", ".join(f"{w:.3f}" for w in per_seed[:-1]) + " and " if len(per_seed) > 1 else "") + f"{per_seed[-1]:.3f}",
+            f"against {r['sink']['uniform_first']:.3f} for a uniform causal row"]
+
+
+def test_kv_eviction_numbers_are_its_results_json():
+    for run in ("quick", "full"):
+        path = ROOT / "results" / "kv_eviction" / run / "results.json"
+        if path.is_file():
+            r = load(path)["results"]
+            says(RESULTS, *kv_claims(r), f"{r['seconds']:.1f} s wall" if run == "quick" else f"{r['n_seeds']} seed")

@@ -15,6 +15,7 @@ from attnkit.experiments.kv_eviction import experiment as X
 from attnkit.experiments.kv_eviction.evaluate import recompute_nll, stepwise_nll
 from attnkit.experiments.kv_eviction.model import CharLM
 from attnkit.experiments.kv_eviction.policies import KeptKV, Policy
+from attnkit.experiments.kv_eviction.section import render
 
 KEYS = {"dense", "window", "sink_window", "window_recompute", "h2o", "snapkv", "quantized8", "quantized4"}
 
@@ -86,3 +87,16 @@ def test_tiny_run_has_every_key_and_renders(tmp_path, monkeypatch):
     results = Results(res, tmp_path / "run", {})
     en, zh = (exp.report(results, tmp_path, lang).html for lang in ("en", "zh"))
     assert "5158.07" in en and "5158.07" in zh and "sinks + window" in en and "汇点 + 窗口" in zh
+    # with committed runs the full one leads and the others fold, numbers without figures
+    both = render(results, "en", {"quick": results, "full": results})
+    assert "the committed run" in both and both.count("<img") == 2 * en.count("<img")  # the main run and the own run
+    assert res["seconds"] > 0 and res["cpu_seconds"] > 0 and len(res["load_avg"]["start"]) == 3
+    sink = res["sink"]  # Gu et al.'s share of sink heads, and the largest head, per seed
+    assert len(sink["sink_heads_frac_per_seed"]) == 2 and all(0 <= f <= 1 for f in sink["sink_heads_frac_per_seed"])
+    for i, top in enumerate(sink["max_head_first_per_seed"]):  # no layer's mean over heads beats its largest head
+        assert top >= max(layer[i] for layer in sink["first_per_seed"]) - 1e-9
+    # --resume: the trained seeds and their evaluations come back from the checkpoints unchanged
+    again = run_experiment("kv_eviction", out=tmp_path / "run", overrides={**exp.tiny, "data": str(own)}, seeds=2,
+                           show_progress=False, resume=True)["results"]
+    assert again["perplexity_last_bin"] == res["perplexity_last_bin"]
+    assert [f["eval_s"] for f in again["train"]] == [f["eval_s"] for f in res["train"]]  # restored, not re-measured

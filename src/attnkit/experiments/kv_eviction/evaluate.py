@@ -21,7 +21,7 @@ from torch.nn import functional as F
 from .policies import KeptKV, Policy
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def stepwise_nll(model, streams: torch.Tensor, policy: Policy, *, obs: int = 1, trace_steps: int = 0) -> dict:
     B, T = streams.shape
     kept = [KeptKV(policy, obs) for _ in model.blocks]
@@ -36,7 +36,7 @@ def stepwise_nll(model, streams: torch.Tensor, policy: Policy, *, obs: int = 1, 
     return {"nll": nll, "nbytes": sum(c.nbytes for c in kept), "max_kept": peak, "trace": trace}
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def recompute_nll(model, streams: torch.Tensor, w: int, chunk: int = 256) -> torch.Tensor:
     """(B, T-1) NLL when step t reads streams[:, max(0, t-w+1): t+1] fresh (positions from 0)."""
     B, T = streams.shape
@@ -58,7 +58,7 @@ def binned(nll: torch.Tensor, bin_size: int) -> list[float]:
     return [float(m[i: i + bin_size].mean()) for i in range(0, len(m), bin_size)]
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def sink_share(model, windows: torch.Tensor, skip: int = 8) -> dict:
     """Per layer: the mean weight queries at positions ≥ ``skip`` put on position 0, against the
     1/(i+1) a uniform causal row would put there; and the mean (L, L) map of each layer."""

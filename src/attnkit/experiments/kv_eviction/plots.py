@@ -48,10 +48,11 @@ def curves_figure(r: dict, lang: str = "en"):
     ax.set_yscale("log")
     ax.set_xlabel(pick(lang, "position in the stream (characters)", "在文本流中的位置（字符）"))
     ax.set_ylabel(pick(lang, "bits per character (log scale)", "每字符比特数（对数坐标）"))
-    ax.set_title(pick(lang, f"cache budget {b} tokens, mean of {r['n_seeds']} seeds ± std",
+    seeds = f"{r['n_seeds']} seeds" if r["n_seeds"] > 1 else "1 seed"
+    ax.set_title(pick(lang, f"cache budget {b} tokens, mean of {seeds} ± std",
                       f"缓存预算 {b} 个 token，{r['n_seeds']} 个种子的均值 ± 标准差"), fontsize=10)
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8, ncol=2)
+    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))  # outside: no curve or label hides behind it
     return fig
 
 

@@ -106,9 +106,8 @@ class KeptKV:
         n = self.k.shape[2]
         if self.policy.kind == "quantized":
             self._quantize_old()
-        at = torch.arange(n)
-        kr = rope(self.k, at)  # (B, H, n, E) rotated at positions 0..n-1 in the cache
-        qr = rope(q, at[-1:])
+        kr = rope(self.k)  # (B, H, n, E) rotated at positions 0..n-1 in the cache (a table slice, no lookup)
+        qr = rope(q, torch.tensor([n - 1]))
         w = torch.softmax((qr @ kr.transpose(-1, -2)).float() / E**0.5, -1)  # (B, H, 1, n)
         out = w.to(v.dtype) @ self.v  # (B, H, 1, E)
         self.acc += w[:, :, 0]

@@ -20,6 +20,13 @@ from .plots import ORDER, name
 PUBLISHED = {"source": "Xiao et al. 2023 (StreamingLLM), arXiv:2309.17453, Table 1: Llama-2-13B, PG19 first book (65K tokens)",
              "rows": [("0 + 1024", "window only", "仅窗口", 5158.07), ("4 + 1020", "sinks + window", "汇点 + 窗口", 5.40),
                       ('4 "\\n" + 1020', "four line breaks as sinks", "四个换行符作汇点", 5.60)]}
+#: what the literature says makes a sink form, and how far this model is from it (verified in the papers' abstracts)
+LITERATURE = ("Sinks are reported to emerge after effective optimization on sufficient training data (Gu et al. 2025, "
+              "arXiv:2410.10781: 60M-parameter LLaMA-style models on 5B tokens) and to grow stronger with model size and context "
+              "length (Barbero et al. 2025, arXiv:2504.02732); this model has well under a million parameters, saw a few million "
+              "characters and a context of {C}.",
+              "文献报告：汇点在充分训练、数据足够之后才出现（Gu 等 2025，arXiv:2410.10781：6000 万参数的 LLaMA 式模型，50 亿词元），"
+              "并随模型规模和上下文长度增大而增强（Barbero 等 2025，arXiv:2504.02732）；这里的模型不到一百万参数，只见过几百万个字符，上下文为 {C}。")
 SINK_RATIO = 2.0  # first-position weight this many times a uniform row's share: we call it a sink
 
 
@@ -86,6 +93,13 @@ def _reading(r: dict, lang: str) -> str:
                 f"最多的第 {layer} 层放在位置 0 上的注意力是均匀分布份额的 {ratio:.1f} 倍：" +
                 ("形成了汇点。" if has_sink else "没有形成汇点（我们以 2 倍为界）" +
                  ("；每一层给位置 0 的注意力都少于均匀分布。" if ratio < 1 else "。")))
+    frac = r["sink"].get("sink_heads_frac_per_seed")
+    if frac is not None:  # Gu et al.'s count: heads whose mean weight on the first token exceeds 0.3
+        sink_s += " " + tr(lang, "Heads with more than 0.3 of their weight on position 0 (Gu et al. 2025's sink heads), per seed: "
+                                 + ", ".join(f"{100 * f:.0f} %" for f in frac) + ".",
+                           "位置 0 上权重超过 0.3 的头（Gu 等 2025 定义的汇点头），各种子占比：" + "，".join(f"{100 * f:.0f}%" for f in frac) + "。")
+    if not has_sink:
+        sink_s += " " + tr(lang, *LITERATURE).format(C=C)
     d, sd = paired(r, "sink_window", "window")
     pair = tr(lang, f"Seed by seed, sinks + window minus window only: {d:+.3f} ± {sd:.3f} perplexity.",
               f"逐个种子配对比较，汇点 + 窗口减去仅窗口：困惑度差 {d:+.3f} ± {sd:.3f}。")
@@ -111,12 +125,12 @@ def _figures(r, lang: str) -> str:
     return out
 
 
-def _body(r, lang: str) -> str:
+def _body(r, lang: str, figures: bool = True) -> str:
     head = [tr(lang, "policy", "策略"), tr(lang, "budget", "预算"), tr(lang, "max tokens kept", "最多保留词元"),
             tr(lang, "KiB at the end (1 stream)", "结束时 KiB（单条流）"), tr(lang, "perplexity, last bin (mean ± std)", "最后区间困惑度（均值 ± 标准差）"),
             tr(lang, "eval s", "评估秒数")]
     # the table folds (the page's main flow keeps ten tables); the reading above it says what it shows
-    return _reading(r, lang) + _figures(r, lang) + details(tr(lang, "the numbers: memory and perplexity per policy", "数字：各策略的内存与困惑度"),
+    return _reading(r, lang) + (_figures(r, lang) if figures else "") + details(tr(lang, "the numbers: memory and perplexity per policy", "数字：各策略的内存与困惑度"),
                                                            table(head, trade_rows(r, lang))) + "<p class='note'>" + tr(
         lang, "KiB: keys and values of all layers in float32, the quantized ones at their packed size (codes, float16 scales and zeros). "
               "The recomputed window holds no cache between steps; its row shows the window it re-reads.",
@@ -125,11 +139,16 @@ def _body(r, lang: str) -> str:
 
 def render(results, lang: str, full_results=None) -> str:
     """The section's HTML from a run's ``results`` (and the committed runs, when handed in)."""
-    runs = list((full_results or {}).values())
-    main = max(runs, key=lambda x: x.get("n_seeds", 0)) if runs else results
+    runs = full_results or {}
+    # the full run is the one trained to give a sink its chance; without it, the run with the most seeds
+    main_name = "full" if "full" in runs else max(runs, key=lambda n: runs[n].get("n_seeds", 0), default=None)
+    main = runs[main_name] if main_name else results
     # name every committed run (its file, preset, seeds, time), so a reader can open the numbers
     html = "".join(f"<p class='note'>{esc(describe_run(n, run, lang))}.</p>" for n, run in (full_results or {}).items())
     html += _body(main, lang)
+    for n, run in runs.items():  # every other committed run, folded: its numbers, not its figures
+        if n != main_name:
+            html += details(tr(lang, f"the committed run {n!r}", f"已提交的运行 {n!r}"), _body(run, lang, figures=False))
     if runs:
         html += details(tr(lang, "this report's own run", "本报告自己的运行"), _body(results, lang))
     html += _published(lang)
