@@ -46,6 +46,10 @@ def curves_figure(r: dict, lang: str = "en"):
     ax.axvline(r["context"], color="grey", linestyle="--", linewidth=1)
     ax.text(r["context"], ax.get_ylim()[1], pick(lang, " training context", " 训练上下文"), va="top", fontsize=8, color="grey")
     ax.set_yscale("log")
+    from matplotlib.ticker import FormatStrFormatter
+
+    for axis in (ax.yaxis.set_major_formatter, ax.yaxis.set_minor_formatter):  # "2", "3", not "2×10⁰"
+        axis(FormatStrFormatter("%g"))
     ax.set_xlabel(pick(lang, "position in the stream (characters)", "在文本流中的位置（字符）"))
     ax.set_ylabel(pick(lang, "bits per character (log scale)", "每字符比特数（对数坐标）"))
     seeds = f"{r['n_seeds']} seeds" if r["n_seeds"] > 1 else "1 seed"
@@ -80,11 +84,14 @@ def sink_figure(r: dict, lang: str = "en"):
     s = r["sink"]
     maps = s["maps_seed0"]
     fig, axes = plt.subplots(1, len(maps) + 1, figsize=(WIDTH_IN, 3.2), constrained_layout=True)
+    im = None
     for i, (ax, m) in enumerate(zip(axes, maps)):
-        ax.imshow([[v ** 0.5 for v in row] for row in m], cmap="viridis", aspect="auto")
+        # one fixed 0-1 scale for every layer, so a brighter column in one layer is brighter in the others
+        im = ax.imshow([[v ** 0.5 for v in row] for row in m], cmap="viridis", aspect="auto", vmin=0, vmax=1)
         ax.set_title(pick(lang, f"layer {i} (√weight)", f"第 {i} 层（√权重）"), fontsize=9)
         ax.set_xlabel(pick(lang, "key position", "键位置"))
     axes[0].set_ylabel(pick(lang, "query position", "查询位置"))
+    fig.colorbar(im, ax=list(axes[:-1]), shrink=0.8, label=pick(lang, "√weight (square-root scale)", "√权重（平方根刻度）"))
     ax = axes[-1]
     layers = range(len(maps))
     ax.bar(layers, s["first_mean"], yerr=s["first_std"], color="C0", label=pick(lang, "model", "模型"))
