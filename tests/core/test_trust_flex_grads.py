@@ -87,3 +87,19 @@ def test_auto_with_flex_registered_gives_the_reference_gradient(enabled, style):
 
     assert torch.autograd.gradcheck(f, (w,), eps=1e-6, atol=1e-7)
 
+
+
+@pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
+@pytest.mark.parametrize("mode", ["no_grad", "inference_mode"])
+def test_inputs_that_require_grad_run_on_cpu_where_no_backward_is_recorded(enabled, monkeypatch, mode):
+    """Under ``torch.no_grad()`` or ``torch.inference_mode()`` supports() lets a q that requires grad
+    through, and FlexAttention itself refused it ("does not support backward on CPU"): the values run
+    detached. FlexAttention's eager function stands in for the compiled one (no compile here)."""
+    monkeypatch.setattr(flex, "_COMPILED", pytest.importorskip("torch.nn.attention.flex_attention").flex_attention)
+    q, k, v = (t.requires_grad_() for t in _qkv(16))
+    ctx = torch.no_grad() if mode == "no_grad" else torch.inference_mode()
+    with ctx:
+        got = attnkit.attention(q, k, v, mask=masks.causal(), backend="flex")
+        want = attnkit.attention(q, k, v, mask=masks.causal(), backend="reference").out
+    assert got.report.backend == "flex"
+    torch.testing.assert_close(got.out, want, rtol=1e-12, atol=1e-12)

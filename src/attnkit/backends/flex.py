@@ -206,7 +206,10 @@ def run(call: AttentionCall) -> BackendResult:
     with _LOCK:
         _COMPILED_KEYS.add(_compile_key(call))
     if q.device.type == "cpu":  # the compiled CPU kernel returns no lse (torch 2.13: "return_lse is not supported yet")
-        out = _compiled()(*args, **kw)
+        # supports() let only calls that record no backward through; FlexAttention still refuses a q, k or v
+        # that requires grad on CPU under torch.no_grad() or inference mode ("does not support backward on
+        # CPU"), so it gets them detached: the same values, and no graph was to be recorded anyway
+        out = _compiled()(*(t.detach() for t in args), **kw)
         return BackendResult(out.to(v.dtype), None, None, None, [])
     out, aux = _compiled()(*args, **kw, return_aux=AuxRequest(lse=True))
     return BackendResult(out.to(v.dtype), None, aux.lse, torch.isneginf(aux.lse).sum(), [])
