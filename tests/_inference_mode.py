@@ -28,9 +28,11 @@ from pathlib import Path
 import pytest
 import torch
 
-# autograd's messages when a body under inference mode asks for a graph it could not record
+# autograd's messages when a body under inference mode asks for a graph it could not record. Not among
+# them: "Inference tensors cannot be saved for backward", which a test body entirely in inference mode
+# only meets where a custom autograd.Function tries to record under enable_grad() (a finding, fixed
+# in core/call.py; tests/core/test_trust_inference_mode.py)
 AUTOGRAD_NEEDS = (
-    "Inference tensors cannot be saved for backward",
     "does not require grad and does not have a grad_fn",
     "One of the differentiated Tensors does not require grad",
     "Inplace update to inference tensor outside InferenceMode",
