@@ -197,9 +197,8 @@ def attention(
     the same NaN positions.
     """
     if _grad_enabled() and not _compiling() and _inference():  # (Dynamo cannot trace the inference-mode query)
-        # torch.enable_grad() inside inference mode: torch's own ops record nothing there, but a custom
-        # autograd.Function (the fused and blockwise backends) would try to save inference tensors for a
-        # backward, and the sinks' check would ask for an lse with gradients; no_grad says what holds
+        # enable_grad() inside inference mode records nothing, yet the backends' autograd.Functions would try to
+        # save inference tensors and the sinks' check would want an lse with gradients: no_grad says what holds
         with torch.no_grad():
             return attention(q, k, v, score=score, mask=mask, bias=bias, scale=scale, dropout_p=dropout_p,
                              backend=backend, return_weights=return_weights, memory_budget=memory_budget,
