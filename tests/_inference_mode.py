@@ -62,6 +62,10 @@ EXPLAINED = {
     "tests/core/test_flex_backend.py::test_a_learned_bias_needs_gradients_too": "as above: no backward is recorded",
     "tests/core/test_flex_backend.py::test_forced_on_cpu_training_raises_with_the_reason": "as above",
     "tests/core/test_flex_backend.py::test_auto_never_picks_it_for_cpu_training": "as above",
+    "tests/core/test_trust_flex_grads.py::test_a_tensor_only_the_bias_reaches_makes_a_cpu_call_need_a_backward":
+        "as above: a captured tensor needs a backward only where one is recorded",
+    "tests/core/test_trust_flex_grads.py::test_forced_flex_raises_rather_than_drop_the_gradient": "as above",
+    "tests/core/test_trust_flex_grads.py::test_learned_alibi_slopes_make_a_cpu_call_need_a_backward": "as above",
     "tests/core/test_sinks.py::test_a_backend_without_a_differentiable_lse_is_refused_not_silently_wrong":
         "refused only when q or k need gradients through the lse; inference mode records none",
     "tests/core/test_trust_grads.py::test_a_tensor_read_directly_and_through_one_computed_from_it_is_declined_by_blockwise":
