@@ -20,6 +20,9 @@ _TESTS = Path(__file__).resolve().parent
 for _d in [_TESTS, *sorted(p for p in _TESTS.iterdir() if p.is_dir() and not p.name.startswith(('.', '__')))]:
     sys.path.insert(0, str(_d))  # --import-mode=importlib adds no folder itself: helpers (_core_cases, ...) are found here
 
+# --inference-mode: every test's body under torch.inference_mode() (tests/_inference_mode.py)
+pytest_plugins = ["_inference_mode"]
+
 # under pytest-xdist (-n 2 on 2 cores) each worker gets one intra-op thread: two workers with two
 # OpenMP threads each oversubscribe the cores and tiny ops then wait milliseconds on spinning threads
 if os.environ.get("PYTEST_XDIST_WORKER"):

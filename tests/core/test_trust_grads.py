@@ -11,8 +11,6 @@ Shape legend: q (B, H, L, E), k and v (B, H, S, E).
 
 from __future__ import annotations
 
-import functools
-import types
 import weakref
 
 import pytest
@@ -21,84 +19,10 @@ from torch import nn
 
 import attnkit
 from attnkit import biases, masks
+from _capture_styles import W, capture_styles, dist, leaf_for
 
 BACKENDS = ("reference", "sdpa", "blockwise", "auto")
 H = 2
-
-W = nn.Parameter(torch.tensor([0.3, -0.2], dtype=torch.float64))  # read by the global-style biases below
-CONFIG = types.SimpleNamespace(w=W)
-
-
-def _dist(qi, kv):
-    return (qi - kv).abs().to(torch.float64)
-
-
-def _global_bias(b, h, qi, kv):
-    return W[h] * torch.cos(_dist(qi, kv))
-
-
-def _helper(h):
-    return W[h]
-
-
-def _helper_bias(b, h, qi, kv):
-    return _helper(h) * torch.cos(_dist(qi, kv))
-
-
-def _module_attr_bias(b, h, qi, kv):
-    return CONFIG.w[h] * torch.cos(_dist(qi, kv))
-
-
-def _partial_bias(b, h, qi, kv, w):
-    return w[h] * torch.cos(_dist(qi, kv))
-
-
-class _Holder:
-    def __init__(self, w):
-        self.w = w
-
-    def bias(self, b, h, qi, kv):
-        return self.w[h] * torch.cos(_dist(qi, kv))
-
-    def __call__(self, b, h, qi, kv):
-        return self.bias(b, h, qi, kv)
-
-
-def _capture_styles(w: torch.Tensor) -> dict:
-    """One bias per capture style, each reading ``w`` (or the global W, for the global styles)."""
-    lst, dct, obj = [w], {"w": w}, types.SimpleNamespace(w=w)
-
-    def closure(b, h, qi, kv):
-        return w[h] * torch.cos(_dist(qi, kv))
-
-    def in_list(b, h, qi, kv):
-        return lst[0][h] * torch.cos(_dist(qi, kv))
-
-    def in_dict(b, h, qi, kv):
-        return dct["w"][h] * torch.cos(_dist(qi, kv))
-
-    def in_object(b, h, qi, kv):
-        return obj.w[h] * torch.cos(_dist(qi, kv))
-
-    def default(b, h, qi, kv, w=w):
-        return w[h] * torch.cos(_dist(qi, kv))
-
-    def score_mod(s, b, h, qi, kv):
-        return s + w[h] * torch.cos(_dist(qi, kv))
-
-    return {
-        "closure": closure, "list": in_list, "dict": in_dict, "object": in_object, "default": default,
-        "partial": functools.partial(_partial_bias, w=w), "bound-method": _Holder(w).bias,
-        "callable-object": biases.custom_bias(_Holder(w)), "score-mod": biases.score_mod(score_mod),
-        "global": _global_bias, "helper": _helper_bias, "module-attribute": _module_attr_bias,
-    }
-
-
-GLOBAL_STYLES = ("global", "helper", "module-attribute")
-
-
-def _leaf_for(style: str) -> torch.Tensor:
-    return W if style in GLOBAL_STYLES else nn.Parameter(torch.tensor([0.25, -0.15], dtype=torch.float64))
 
 
 def _qkv(L: int, dtype=torch.float64, seed: int = 0):
@@ -107,10 +31,10 @@ def _qkv(L: int, dtype=torch.float64, seed: int = 0):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("style", sorted(_capture_styles(W)))
+@pytest.mark.parametrize("style", sorted(capture_styles(W)))
 def test_gradcheck_of_a_tensor_a_custom_bias_reaches(backend, style):
-    w = _leaf_for(style)
-    bias = _capture_styles(w)[style]
+    w = leaf_for(style)
+    bias = capture_styles(w)[style]
     if style == "score-mod" and backend == "sdpa":
         pytest.skip("sdpa takes additive biases only")
     q, k, v = (t.detach() for t in _qkv(6))
@@ -122,12 +46,12 @@ def test_gradcheck_of_a_tensor_a_custom_bias_reaches(backend, style):
 
 
 @pytest.mark.parametrize("backend", ["blockwise", "auto"])
-@pytest.mark.parametrize("style", sorted(_capture_styles(W)))
+@pytest.mark.parametrize("style", sorted(capture_styles(W)))
 def test_a_captured_tensor_gets_the_reference_gradient_on_fused_routes(backend, style):
     """At L = 300 blockwise runs its fused custom-bias route (and ``auto`` picks blockwise for the
     additive styles): the gradients of q, k, v and the captured tensor equal the reference's."""
-    w = _leaf_for(style)
-    bias = _capture_styles(w)[style]
+    w = leaf_for(style)
+    bias = capture_styles(w)[style]
     q, k, v = _qkv(300)
     grads = {}
     for be in ("reference", backend):
@@ -207,7 +131,7 @@ def test_a_tensor_read_directly_and_through_one_computed_from_it_is_declined_by_
     w = raw * 2
 
     def both(b, h, qi, kv):
-        return (w[h] + raw[h]) * torch.cos(_dist(qi, kv))
+        return (w[h] + raw[h]) * torch.cos(dist(qi, kv))
 
     q, k, v = (t.detach() for t in _qkv(300))
     with pytest.raises(ValueError, match="blockwise"):
@@ -225,7 +149,7 @@ def test_a_source_tensor_captured_beside_the_one_the_bias_reads_is_not_counted_t
     holder = {"raw": raw, "w": w}
 
     def via_w(b, h, qi, kv):
-        return holder["w"][h] * torch.cos(_dist(qi, kv))
+        return holder["w"][h] * torch.cos(dist(qi, kv))
 
     q, k, v = (t.detach() for t in _qkv(300))
     grads = [torch.autograd.grad(attnkit.attention(q, k, v, bias=via_w, backend=be).out.sum(), raw, retain_graph=True)[0]
@@ -242,7 +166,7 @@ def test_a_tile_that_reads_a_tensor_the_check_did_not_see_raises_instead_of_drop
 
     def sometimes(s, b, h, qi, kv):
         extra = ref()[h] if int(qi.min()) >= 256 else 0.0  # the second query tile (of 256 rows) on
-        return s + (seen[h] + extra) * torch.cos(_dist(qi, kv))
+        return s + (seen[h] + extra) * torch.cos(dist(qi, kv))
 
     q, k, v = (t.detach() for t in _qkv(300))
     out = attnkit.attention(q, k, v, bias=biases.score_mod(sometimes), backend="blockwise").out

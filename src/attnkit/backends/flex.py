@@ -16,7 +16,9 @@ Dot-form scores (scaled dot, general, cosine) are turned into q'·k'ᵀ first (`
 
 Where it runs: torch with ``flex_attention`` and ``torch.compile`` (``torch.compiler`` able to
 build for the device), CUDA for training, CPU for inference only (FlexAttention has no CPU
-backward: ``supports`` declines a CPU call that needs gradients, with the reason). No dropout,
+backward: ``supports`` declines a CPU call that needs gradients, with the reason; a call needs
+them when q, k, v, the score's parameters or any tensor the bias reaches requires grad, a user's
+function's captured tensors included, so none is run without its gradient). No dropout,
 no returned weights. Fully masked rows give output 0 and lse −inf, as every attnkit backend; the
 compiled CPU kernel returns no lse (torch 2.13), so there ``lse`` and the fully-masked-row count are
 None, and CPU calls with attention sinks (which need the lse) are declined.
@@ -73,6 +75,7 @@ import torch
 from ..core import cost
 from ..core.call import AttentionCall
 from ..core.output import BackendResult
+from ..core.reachable import grad_tensors
 from .flex_blocks import BLOCK, cached_block_mask, held_tensors, block_mask
 from .nonfinite import needs_exact, run_exact
 
@@ -130,9 +133,15 @@ def available() -> str | None:
 
 
 def _needs_grad(call: AttentionCall) -> bool:
-    params = [p for p in (call.bias.parameters() if call.bias is not None else ()) if p.requires_grad]
-    params += [p for p in call.score.parameters() if p.requires_grad]
-    return torch.is_grad_enabled() and (any(t.requires_grad for t in (call.q, call.k, call.v)) or bool(params))
+    """Whether the call records a backward: q, k or v, the score's parameters, or any tensor that
+    requires grad the bias reaches — its parameters, or what a user's function reads through a
+    closure, a list, a dict, a ``functools.partial``, a bound object or a helper
+    (:func:`attnkit.core.reachable.grad_tensors`), which ``bias.parameters()`` alone does not list."""
+    if not torch.is_grad_enabled():
+        return False
+    if any(t.requires_grad for t in (call.q, call.k, call.v)) or any(p.requires_grad for p in call.score.parameters()):
+        return True
+    return call.bias is not None and bool(grad_tensors(call.bias))
 
 
 def supports(call: AttentionCall) -> str | None:
@@ -197,7 +206,10 @@ def run(call: AttentionCall) -> BackendResult:
     with _LOCK:
         _COMPILED_KEYS.add(_compile_key(call))
     if q.device.type == "cpu":  # the compiled CPU kernel returns no lse (torch 2.13: "return_lse is not supported yet")
-        out = _compiled()(*args, **kw)
+        # supports() let only calls that record no backward through; FlexAttention still refuses a q, k or v
+        # that requires grad on CPU under torch.no_grad() or inference mode ("does not support backward on
+        # CPU"), so it gets them detached: the same values, and no graph was to be recorded anyway
+        out = _compiled()(*(t.detach() for t in args), **kw)
         return BackendResult(out.to(v.dtype), None, None, None, [])
     out, aux = _compiled()(*args, **kw, return_aux=AuxRequest(lse=True))
     return BackendResult(out.to(v.dtype), None, aux.lse, torch.isneginf(aux.lse).sum(), [])

@@ -150,8 +150,10 @@ class _Walk:
             raise _Uncacheable
         if kind is torch.Tensor or kind is torch.nn.Parameter:
             return self._tensor(obj)
-        if kind in _LIBRARY_OBJECTS:  # attnkit's own masks and the like: their attributes are their state
-            return (kind, *[(name, type(val), val) if type(val) in _EXACT_TYPES else (name, self.visit(val))
+        if kind in _LIBRARY_OBJECTS:  # attnkit's own masks and the like: their attributes are their state (a
+            # tensor attribute straight to _tensor: one per attribute, so no node count is needed for it)
+            return (kind, *[(name, type(val), val) if type(val) in _EXACT_TYPES else
+                            (name, self._tensor(val)) if type(val) is torch.Tensor else (name, self.visit(val))
                             for name, val in obj.__dict__.items()])
         if isinstance(obj, _PLAIN) or (kind is frozenset and all(type(x) in _PLAIN_TYPES for x in obj)):
             return (kind, obj)  # a mask's dims, frozenset({"b"}), is a constant
@@ -198,17 +200,23 @@ class _Walk:
         return self._object(obj)
 
     def _tensor(self, t: torch.Tensor) -> tuple:
+        seen = self.tensors
+        for i, other in enumerate(seen):  # the same tensor met again (a document mask's q_ids is its kv_ids): compared once
+            if other is t:  # both held by this walk, so identity is exact
+                return ("same tensor as", i, t.requires_grad)
         if t.is_meta or _wrapped(t) or t.layout != _STRIDED:
             raise _Uncacheable
-        ptr = (t.data_ptr(), t.shape, t.stride(), t.dtype)
-        for i, seen in enumerate(self.tensors):  # the same view met again (a document mask's q_ids = kv_ids): compared once
-            if (seen.data_ptr(), seen.shape, seen.stride(), seen.dtype) == ptr and seen.device == t.device:
-                return ("same tensor as", i, t.requires_grad)
+        shape, stride, dtype = t.shape, t.stride(), t.dtype
+        if seen:  # another view of the same memory (ids[0] and ids[0] made twice): compared once too
+            ptr = (t.data_ptr(), shape, stride, dtype)
+            for i, other in enumerate(seen):
+                if (other.data_ptr(), other.shape, other.stride(), other.dtype) == ptr and other.device == t.device:
+                    return ("same tensor as", i, t.requires_grad)
         self.elements += t.numel()
         if self.elements > MAX_ELEMENTS:
             raise _Uncacheable
-        self.tensors.append(t)
-        return ("tensor", t.shape, t.dtype, t.stride(), t.device, t.requires_grad)
+        seen.append(t)
+        return ("tensor", shape, dtype, stride, t.device, t.requires_grad)
 
     def _function(self, fn: types.FunctionType) -> tuple:
         module = fn.__module__ or ""
