@@ -112,3 +112,7 @@ def test_ring_refuses_what_it_cannot_serve_before_any_communication():
         ring_attention(q, q, q, bias=Bi.score_mod(lambda s, b, h, qi, kv: torch.tanh(s), depends_on=()))
     with pytest.raises(ValueError, match="freeze them"):
         ring_attention(q, q, q, bias=Bi.T5RelativeBias(2, num_buckets=4, max_distance=8))
+    scale = torch.nn.Parameter(torch.tensor(0.5))
+    captured = {"scale": scale}  # a trainable tensor reached through a closure's dict, not .parameters()
+    with pytest.raises(ValueError, match="freeze them"):
+        ring_attention(q, q, q, bias=Bi.custom_bias(lambda b, h, qi, kv: captured["scale"] * (qi - kv).float()))

@@ -22,6 +22,7 @@ import torch
 
 from ..core import masks as M
 from ..core.biases import ScoreModifier, as_modifier
+from ..core.reachable import grad_tensors
 from ..core.tiles import EMPTY, FULL, PARTIAL, TileGrid
 from .layout import num_chunks
 
@@ -47,7 +48,9 @@ def resolve_bias(bias: object) -> ScoreModifier | None:
             f"ring attention adds a bias to the scores but cannot apply a score modifier ({b!r} is not additive); "
             "use an additive bias (ALiBi, T5, Shaw, custom_bias, a tensor) or a single-device backend"
         )
-    if torch.is_grad_enabled() and any(p.requires_grad for p in b.parameters()):
+    # not only b.parameters(): a custom bias may reach a trainable tensor through a closure, a list,
+    # a partial or a bound object, and ring attention would silently drop its gradient
+    if torch.is_grad_enabled() and (any(p.requires_grad for p in b.parameters()) or grad_tensors(b)):
         raise ValueError(
             f"ring attention computes no gradient for bias parameters, but {b!r} has trainable ones; freeze them "
             "(bias.requires_grad_(False)) or wrap the call in torch.no_grad(), or train on a single-device backend"
