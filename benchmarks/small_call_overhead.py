@@ -9,7 +9,7 @@ mask's snapshot and content check), the result check's sums and the report. Time
 CPU time (``time.thread_time``), best of 9 blocks of 5,000 calls, so another process's load moves it
 little. This tree and ``--before-src`` run alternately in fresh processes, ``--rounds`` times each.
 
-    OMP_NUM_THREADS=1 PYTHONPATH=src python benchmarks/small_call_overhead.py --before-src /work/runs/before/src
+    OMP_NUM_THREADS=1 PYTHONPATH=src python benchmarks/small_call_overhead.py --before-src OLD/src   (OLD: an earlier checkout)
 """
 
 from __future__ import annotations
