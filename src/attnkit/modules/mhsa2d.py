@@ -69,7 +69,7 @@ class GridRelativeBias(ScoreModifier):
             l, s = idx.shape[-2:]
             # index_select on one flat index, not t[h, dy, dx]: the backward (per tile, under autograd,
             # so the table's MLP gets its gradient) is then an index_add_, not a scatter over three
-            # broadcast index tensors; the three-index gather and its index_put took 55% of the
+            # broadcast index tensors; the three-index gather and its index_put took 56% of the
             # 40×40 forward + backward
             # (h, (2H-1)(2W-1)): offset (dy, dx) at dy·(2W-1) + dx; viewed here, inside fn, so the view is
             # made under the grad mode of each evaluation (the backward's re-evaluation records it)
