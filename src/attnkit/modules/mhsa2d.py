@@ -63,7 +63,18 @@ class GridRelativeBias(ScoreModifier):
         def fn(b, h, q, kv):
             dy = torch.div(q, W, rounding_mode="floor") - torch.div(kv, W, rounding_mode="floor") + (H - 1)
             dx = q % W - kv % W + (W - 1)
-            return t[h, dy, dx]  # (1, heads, l, s)
+            if dy.dim() != 4 or dy.shape[:2] != (1, 1) or h.dim() != 4 or h.shape[0] * h.shape[2] * h.shape[3] != 1:
+                return t[h, dy, dx]  # index shapes other than a tile grid's (vmap'd scalars, full grids)
+            idx = dy * (2 * W - 1) + dx  # (1, 1, l, s): the bias reads the head only
+            l, s = idx.shape[-2:]
+            # index_select on one flat index, not t[h, dy, dx]: the backward (per tile, under autograd,
+            # so the table's MLP gets its gradient) is then an index_add_, not a scatter over three
+            # broadcast index tensors; the three-index gather and its index_put took 56% of the
+            # 40×40 forward + backward
+            # (h, (2H-1)(2W-1)): offset (dy, dx) at dy·(2W-1) + dx; viewed here, inside fn, so the view is
+            # made under the grad mode of each evaluation (the backward's re-evaluation records it)
+            rows = t.reshape(t.shape[0], -1).index_select(0, h.reshape(-1))
+            return rows.index_select(1, idx.reshape(-1)).view(1, -1, l, s)  # (1, heads, l, s)
 
         return fn
 

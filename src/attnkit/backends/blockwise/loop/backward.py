@@ -121,11 +121,12 @@ def _tile_scores(plan: Plan, tiles: Tiles, qt, kt, q0: int, q1: int, k0: int, k1
             if plan.general:
                 s_nat = tiles.scores_nat(leaves[0], leaves[1], q0, q1, k0, k1)
             else:  # dot path with a learned additive bias: only the bias needs autograd
-                s_nat = tiles.bias(q0, q1, k0, k1, device).to(w).expand(plan.B, plan.H, q1 - q0, k1 - k0)
+                s_nat = tiles.bias(q0, q1, k0, k1, device).to(w)  # (B|1, H|1, l, s)
             if s_nat.requires_grad:
                 check_tile(s_nat, leaves + pl)  # a trainable tensor this tile reads must be an input
-            graph = (s_nat, leaves, pl)
-        st = s_nat.detach().clone() if plan.general else tiles.scores(qt, kt, q0, q1, k0, k1)
+            graph = (s_nat.expand(plan.B, plan.H, q1 - q0, k1 - k0), leaves, pl)
+        # the dot path's scores add the bias just evaluated, not a second evaluation of it
+        st = s_nat.detach().clone() if plan.general else tiles.scores(qt, kt, q0, q1, k0, k1, bias=s_nat.detach())
     else:
         st = tiles.scores(qt, kt, q0, q1, k0, k1)
     if st.dtype != w:
