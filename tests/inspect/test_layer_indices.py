@@ -67,7 +67,7 @@ def test_save_html_names_the_real_layers(tmp_path):
     rec = _record([0, 5])
     summary = classify_heads(rec.attentions)
     page = save_html(tmp_path / "a.html", rec.attentions, diagnostics=summary).read_text()
-    data = json.loads(re.search(r'<script[^>]*type="application/json"[^>]*>(.*?)</script>', page, re.S).group(1))
+    data = json.loads(re.search(r'<script type="application/json" id="ak-data">(.*?)</script>', page, re.S).group(1))
     assert data["layer_ids"] == [0, 5]
     li = data["diagnostics"]["columns"].index("layer")
     assert sorted({row[li] for row in data["diagnostics"]["rows"]}) == [0, 5]

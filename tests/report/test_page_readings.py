@@ -1,4 +1,4 @@
-"""Sentences the page uses to read a figure, held to the numbers they read (issue 37, items 1, 7, 8).
+"""Sentences the page uses to read a figure, held to the numbers they read.
 
 Each reading is a function of its numbers; these tests feed it both sides of the line it draws and
 check the words on each side, in English and in Chinese.
