@@ -198,8 +198,8 @@ def test_the_headline_table_rounds_the_committed_benchmark():
 
 def test_the_readmes_words_stay_true_of_the_committed_json():
     """The README's unnumbered claims, each against the JSON that makes it true."""
-    assert _load(BENCH / "report_quick_time.json")["wall_s"] < 600
-    _has("The quick report takes under 10 minutes")
+    assert _load(BENCH / "report_quick_time.json")["wall_s"] < 900
+    _has("The quick report takes under 15 minutes")
     assert _load(BENCH / "hf_sweep_causal_lm.json")["summary"]["mismatch"] == 0
     _has("found none whose output differs from eager's")
     verdict = _load(ROOT / "results" / "vision" / "full" / "results.json")["results"]["verdict"]
