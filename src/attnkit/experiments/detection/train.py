@@ -92,9 +92,9 @@ class DetectionExperiment(Experiment):
                 "在小型 YOLOv8 风格检测器中插入 MHSA，mAP 的提升能抵得上它的开销吗？")
     how_to_read = (
         "Each point is one detector variant: its validation mAP@0.5:0.95 (mean ± std over seeds, higher is better) against "
-        "its forward GFLOPs and its training time. The boxes figure shows what the plain and the MHSA detector find on the "
+        "its forward GFLOPs and its activation memory per training step (both counted, not timed). The boxes figure shows what the plain and the MHSA detector find on the "
         "same validation images.",
-        "每个点是一种检测器变体：验证集 mAP@0.5:0.95（多个种子的均值 ± 标准差，越高越好）对比它的前向 GFLOPs 和训练时间。"
+        "每个点是一种检测器变体：验证集 mAP@0.5:0.95（多个种子的均值 ± 标准差，越高越好）对比它的前向 GFLOPs 和每个训练步的激活内存（两者都是计数得到的，不是计时）。"
         "检测框图展示普通检测器和加了 MHSA 的检测器在同一批验证图像上找到了什么。")
     report_order = 85
     lesson = "10_attention_in_vision"
