@@ -48,9 +48,9 @@ def resolve_bias(bias: object) -> ScoreModifier | None:
             f"ring attention adds a bias to the scores but cannot apply a score modifier ({b!r} is not additive); "
             "use an additive bias (ALiBi, T5, Shaw, custom_bias, a tensor) or a single-device backend"
         )
-    # not only b.parameters(): a custom bias may reach a trainable tensor through a closure, a list,
-    # a partial or a bound object, and ring attention would silently drop its gradient
-    if torch.is_grad_enabled() and (any(p.requires_grad for p in b.parameters()) or grad_tensors(b)):
+    # every trainable tensor the bias reaches, as blockwise and flex find them: its parameters, and what a
+    # custom function reads through a closure, a list, a partial or a bound object (ring drops their gradients)
+    if torch.is_grad_enabled() and grad_tensors(b):
         raise ValueError(
             f"ring attention computes no gradient for bias parameters, but {b!r} has trainable ones; freeze them "
             "(bias.requires_grad_(False)) or wrap the call in torch.no_grad(), or train on a single-device backend"
