@@ -15,6 +15,8 @@ Ev     value head dimension
 
 from __future__ import annotations
 
+import contextlib
+
 from dataclasses import dataclass
 
 import torch
@@ -196,13 +198,16 @@ def attention(
     0 · NaN = NaN, as in ``softmax(scores) @ v``; a fully masked row stays 0. Every backend gives
     the same NaN positions.
     """
-    if _grad_enabled() and not _compiling() and _inference():  # (Dynamo cannot trace the inference-mode query)
-        # enable_grad() inside inference mode records nothing, yet the backends' autograd.Functions would try to
-        # save inference tensors and the sinks' check would want an lse with gradients: no_grad says what holds
-        with torch.no_grad():
-            return attention(q, k, v, score=score, mask=mask, bias=bias, scale=scale, dropout_p=dropout_p,
-                             backend=backend, return_weights=return_weights, memory_budget=memory_budget,
-                             sinks=sinks, return_key_scores=return_key_scores)
+    # enable_grad() inside inference mode records nothing, yet the backends' autograd.Functions would try to
+    # save inference tensors and the sinks' check would want an lse with gradients: no_grad says what holds
+    # (Dynamo cannot trace the inference-mode query, hence the compiling test first)
+    with torch.no_grad() if _grad_enabled() and not _compiling() and _inference() else _AS_IS:
+        return _attend(q, k, v, score, mask, bias, scale, dropout_p, backend, return_weights, memory_budget, sinks,
+                       return_key_scores)
+
+
+def _attend(q, k, v, score, mask, bias, scale, dropout_p, backend, return_weights, memory_budget, sinks, return_key_scores):
+    """:func:`attention`'s body, under the grad mode it chose."""
     call, chosen, report = _prepare(q, k, v, score, mask, bias, scale, dropout_p, backend, return_weights, memory_budget, sinks)
     if q.shape[0] == 0:  # B = 0: nothing to compute; the chosen backend is still the one that would run
         report.reason += "; B=0, empty result (backend not run)"
@@ -232,6 +237,7 @@ def attention(
     return result
 
 
+_AS_IS = contextlib.nullcontext()  # reusable: it holds no state
 _inference = torch.is_inference_mode_enabled  # read on every call: bound once
 _grad_enabled = torch.is_grad_enabled
 _compiling = torch.compiler.is_compiling
